@@ -1,0 +1,89 @@
+import { Entity } from "@effect/cluster"
+import { Clock, Effect, Option, Ref } from "effect"
+import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
+import type { TaskId } from "../schema/ids.js"
+import { TaskStore, type TaskState } from "../persistence/TaskStore.js"
+import { CommandResult, GenerationTask } from "./GenerationTask.js"
+import { type Outcome, requestCancel, transition } from "./transition.js"
+
+/** How many times one message re-evaluates after losing the version CAS before giving up. */
+const MAX_CAS_ROUNDS = 5
+
+export const GenerationTaskLive = GenerationTask.toLayer(
+  Effect.gen(function*() {
+    const address = yield* Entity.CurrentAddress
+    const taskId = address.entityId as string as TaskId
+    const store = yield* TaskStore
+    // Memory is a cache of PostgreSQL: filled at start, replaced by what each commit wrote, dropped on CAS loss.
+    const cache = yield* Ref.make(yield* store.load(taskId))
+
+    const current = Effect.gen(function*() {
+      const cached = yield* Ref.get(cache)
+      if (Option.isSome(cached)) return cached.value
+      const loaded = yield* store.load(taskId)
+      yield* Ref.set(cache, loaded)
+      return yield* Option.match(loaded, {
+        onNone: () => Effect.fail(new TaskNotFound({ taskId })),
+        onSome: Effect.succeed
+      })
+    })
+
+    /** Evaluates `decide` against the current state and commits its change, reloading on a lost CAS. */
+    const apply = Effect.fn("GenerationTask.apply")(function*(decide: (state: TaskState, now: Date) => Outcome) {
+      for (let round = 0; round < MAX_CAS_ROUNDS; round++) {
+        const state = yield* current
+        if (state.task.writeEpoch > store.fence.epoch) {
+          return yield* new WriteFenced({ reason: `task written under epoch ${state.task.writeEpoch}` })
+        }
+        const now = new Date(yield* Clock.currentTimeMillis)
+        const outcome = decide(state, now)
+        const change = outcome._tag === "Changed"
+          ? outcome.change
+          : outcome._tag === "Conflict"
+          ? outcome.escalation
+          : null
+        if (change === null) return result(outcome, state)
+        const committed = yield* store.commit(state.task, change)
+        if (committed._tag === "Committed") {
+          yield* Ref.set(cache, Option.some({ task: committed.task, attempt: committed.attempt }))
+          return result(outcome, committed)
+        }
+        yield* Ref.set(cache, Option.none())
+        yield* Effect.logDebug("version CAS lost: reloading")
+      }
+      const state = yield* current
+      return yield* new VersionConflict({ taskId, expected: state.task.version })
+    })
+
+    return {
+      Start: () => Effect.map(current, (s) => s.task),
+      GetSnapshot: () => Effect.map(current, (s) => s.task),
+      Observe: ({ payload: observation }) =>
+        Effect.gen(function*() {
+          const res = yield* apply((s, now) => transition(s.task, s.attempt, observation, now))
+          if (res.outcome === "conflict") {
+            yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
+            yield* Effect.logWarning("contradictory provider observation sent to reconciliation")
+              .pipe(Effect.annotateLogs({ reason: res.reason }))
+          }
+          return res
+        }).pipe(Effect.annotateLogs({ task_id: taskId, trace_id: observation.traceId })),
+      Cancel: ({ payload }) =>
+        apply((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
+          .pipe(Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId }))
+    }
+  })
+)
+
+const result = (outcome: Outcome, state: TaskState): CommandResult => {
+  switch (outcome._tag) {
+    case "Changed":
+      return new CommandResult({ outcome: "changed", reason: null, task: state.task })
+    case "Unchanged":
+      return new CommandResult({ outcome: "unchanged", reason: outcome.reason, task: state.task })
+    case "Ignored":
+      return new CommandResult({ outcome: "ignored", reason: outcome.reason, task: state.task })
+    case "Conflict":
+      return new CommandResult({ outcome: "conflict", reason: outcome.reason, task: state.task })
+  }
+}

@@ -1,0 +1,40 @@
+import { Cause, Duration, Effect, Schedule } from "effect"
+import { TaskUnavailable } from "../schema/errors.js"
+import type { TaskId } from "../schema/ids.js"
+import { GenerationTask } from "./GenerationTask.js"
+
+/**
+ * Sends to task entities with a bounded retry. Rpcs are volatile, so a message in flight while a shard moves
+ * or a runner stops can fail as a transport error or even a defect (seen: SocketError during SIGTERM);
+ * every Rpc is idempotent by task state, so re-sending is safe. Domain errors pass through untouched.
+ */
+export class TaskClient extends Effect.Service<TaskClient>()("TaskClient", {
+  effect: Effect.gen(function*() {
+    const makeClient = yield* GenerationTask.client
+    const retrySchedule = Schedule.exponential(Duration.millis(50), 2).pipe(
+      Schedule.union(Schedule.spaced(Duration.seconds(1))),
+      Schedule.upTo(Duration.seconds(10))
+    )
+
+    const send = <A, E>(taskId: TaskId, f: (client: ReturnType<typeof makeClient>) => Effect.Effect<A, E>) =>
+      Effect.suspend(() => f(makeClient(taskId))).pipe(
+        Effect.catchAllDefect((defect) =>
+          Effect.fail(new TaskUnavailable({ message: `delivery failed: ${Cause.pretty(Cause.die(defect))}` }))
+        ),
+        Effect.catchIf(isTransport, (e) => Effect.fail(new TaskUnavailable({ message: String(e) }))),
+        Effect.retry({ while: (e) => e instanceof TaskUnavailable, schedule: retrySchedule }),
+        Effect.mapError((e) => e as Exclude<E, { readonly _tag: TransportTag }> | TaskUnavailable)
+      )
+
+    return { send } as const
+  })
+}) {}
+
+type TransportTag = "MailboxFull" | "AlreadyProcessingMessage" | "PersistenceError"
+const transportTags: ReadonlySet<string> = new Set<TransportTag>([
+  "MailboxFull",
+  "AlreadyProcessingMessage",
+  "PersistenceError"
+])
+const isTransport = (e: unknown): boolean =>
+  typeof e === "object" && e !== null && "_tag" in e && transportTags.has(String(e._tag))

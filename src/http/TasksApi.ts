@@ -1,0 +1,83 @@
+import { HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
+import { Schema } from "effect"
+import {
+  CommandRejected,
+  IdempotencyKeyReused,
+  ProjectNotFound,
+  StorageUnavailable,
+  TaskNotFound,
+  TaskUnavailable,
+  VersionConflict,
+  WriteFenced
+} from "../schema/errors.js"
+import { ProjectId, ProviderName, TaskId } from "../schema/ids.js"
+import { Progress, PublicErrorCode, Stage, TaskStatus } from "../schema/task.js"
+import { Authentication } from "./Auth.js"
+
+export const CreateTaskRequest = Schema.Struct({
+  provider: ProviderName,
+  model: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)),
+  prompt: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(4000)),
+  duration_seconds: Schema.Int.pipe(Schema.between(1, 120)),
+  resolution: Schema.optionalWith(Schema.Literal("480p", "720p", "1080p"), { default: () => "720p" as const })
+})
+export type CreateTaskRequest = typeof CreateTaskRequest.Type
+
+/** What a product backend (and later a browser) sees of a task: public fields only, plus where to follow from. */
+export class TaskView extends Schema.Class<TaskView>("TaskView")({
+  task_id: TaskId,
+  project_id: ProjectId,
+  task_version: Schema.Int,
+  status: TaskStatus,
+  stage: Stage,
+  progress: Schema.NullOr(Progress),
+  asset_id: Schema.NullOr(Schema.String),
+  error_code: Schema.NullOr(PublicErrorCode),
+  cursor: Schema.String.annotations({ description: "The stream cursor of this version: follow events after it" }),
+  created_at: Schema.Date,
+  updated_at: Schema.Date
+}) {}
+
+const IdempotencyHeaders = Schema.Struct({
+  "idempotency-key": Schema.String.pipe(
+    Schema.minLength(1),
+    Schema.maxLength(255),
+    Schema.annotations({ description: "Required: the same key returns the same task without a second reserve" })
+  )
+})
+
+const ProjectPath = Schema.Struct({ project: ProjectId })
+const TaskPath = Schema.Struct({ project: ProjectId, task: TaskId })
+
+export class TasksApi extends HttpApiGroup.make("tasks")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/projects/:project/tasks")
+      .setPath(ProjectPath)
+      .setHeaders(IdempotencyHeaders)
+      .setPayload(CreateTaskRequest)
+      .addSuccess(TaskView, { status: 201 })
+      .addError(IdempotencyKeyReused)
+      .addError(ProjectNotFound)
+      .addError(WriteFenced)
+      .addError(StorageUnavailable)
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/v1/projects/:project/tasks/:task")
+      .setPath(TaskPath)
+      .addSuccess(TaskView)
+      .addError(TaskNotFound)
+      .addError(StorageUnavailable)
+  )
+  .add(
+    HttpApiEndpoint.post("cancel", "/v1/projects/:project/tasks/:task/cancel")
+      .setPath(TaskPath)
+      .addSuccess(TaskView, { status: 202 })
+      .addError(TaskNotFound)
+      .addError(CommandRejected)
+      .addError(VersionConflict)
+      .addError(WriteFenced)
+      .addError(TaskUnavailable)
+      .addError(StorageUnavailable)
+  )
+  .middleware(Authentication)
+{}

@@ -1,0 +1,91 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect, Option } from "effect"
+import { createHash } from "node:crypto"
+import { TaskClient } from "../entities/TaskClient.js"
+import { TaskAdmission } from "../persistence/TaskAdmission.js"
+import { CommandRejected, ProjectNotFound, TaskNotFound } from "../schema/errors.js"
+import type { TaskSnapshot } from "../schema/task.js"
+import { ControlPlaneApi } from "./Api.js"
+import { canSee, Principal } from "./Auth.js"
+import type { CreateTaskRequest } from "./TasksApi.js"
+import { TaskView } from "./TasksApi.js"
+
+export const toView = (t: TaskSnapshot): TaskView =>
+  new TaskView({
+    task_id: t.id,
+    project_id: t.projectId,
+    task_version: t.version,
+    status: t.status,
+    stage: t.stage,
+    progress: t.progress,
+    asset_id: t.assetId,
+    error_code: t.errorCode,
+    cursor: t.lastCursor.toString(),
+    created_at: t.createdAt,
+    updated_at: t.updatedAt
+  })
+
+/** Credits held at admission: seconds of video times a resolution factor (settled or refunded later). */
+const reserveFor = (r: CreateTaskRequest): number =>
+  r.duration_seconds * ({ "480p": 0.5, "720p": 1, "1080p": 2 } as const)[r.resolution]
+
+/** The request's identity for Idempotency-Key replays: the decoded body with defaults, keys sorted. */
+const requestHash = (r: CreateTaskRequest): string =>
+  createHash("sha256").update(JSON.stringify(r, Object.keys(r).sort())).digest("hex")
+
+const newTraceId = () => crypto.randomUUID().replaceAll("-", "")
+
+export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (handlers) =>
+  Effect.gen(function*() {
+    const admission = yield* TaskAdmission
+    const tasks = yield* TaskClient
+
+    const owned = Effect.fn("Tasks.owned")(function*(project: TaskSnapshot["projectId"], task: string) {
+      const principal = yield* Principal
+      if (!canSee(principal, project)) return yield* new TaskNotFound({ taskId: task })
+      const found = yield* admission.find(principal.tenantId, project, task)
+      return yield* Option.match(found, {
+        onNone: () => Effect.fail(new TaskNotFound({ taskId: task })),
+        onSome: Effect.succeed
+      })
+    })
+
+    return handlers
+      .handle("create", ({ headers, path, payload }) =>
+        Effect.gen(function*() {
+          const principal = yield* Principal
+          if (!canSee(principal, path.project)) return yield* new ProjectNotFound({ projectId: path.project })
+          const traceId = newTraceId()
+          const { created, task } = yield* admission.admit({
+            tenantId: principal.tenantId,
+            projectId: path.project,
+            userId: principal.userId,
+            idempotencyKey: headers["idempotency-key"],
+            requestHash: requestHash(payload),
+            request: payload,
+            provider: payload.provider,
+            model: payload.model,
+            reserveAmount: reserveFor(payload),
+            traceId
+          })
+          if (created) {
+            // The task is committed; waking its entity is best effort (the sweeper re-drives lost starts).
+            yield* tasks.send(task.id, (c) => c.Start({ traceId })).pipe(
+              Effect.timeout("2 seconds"),
+              Effect.tapError((e) => Effect.logWarning("task start deferred to the sweeper", e)),
+              Effect.ignore
+            )
+          }
+          return toView(task)
+        }).pipe(Effect.withSpan("Tasks.create")))
+      .handle("get", ({ path }) => Effect.map(owned(path.project, path.task), toView))
+      .handle("cancel", ({ path }) =>
+        Effect.gen(function*() {
+          yield* owned(path.project, path.task)
+          const res = yield* tasks.send(path.task, (c) => c.Cancel({ traceId: newTraceId() }))
+          if (res.outcome === "ignored") {
+            return yield* new CommandRejected({ message: `task is ${res.task.status}: it can no longer be canceled` })
+          }
+          return toView(res.task)
+        }))
+  }))

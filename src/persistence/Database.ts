@@ -1,0 +1,124 @@
+import { SqlClient } from "@effect/sql"
+import * as Migrator from "@effect/sql/Migrator"
+import { PgClient } from "@effect/sql-pg"
+import { PGlite } from "@electric-sql/pglite"
+import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
+import { Config, Effect, Layer, Option, Redacted } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import pg from "pg"
+import type * as Pg from "pg"
+import core from "../../migrations/0001_core.js"
+
+// int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
+const INT8_OID = 20
+const types: Pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === INT8_OID && format !== "binary"
+      ? (value: string) => Number(value)
+      : (pg.types.getTypeParser as (oid: number, format?: string) => unknown)(oid, format)) as never
+}
+
+/** Runs the project's migrations (migrations/) against the current SqlClient; idempotent. */
+export const migrate = Migrator.make({})({
+  loader: Migrator.fromRecord({ "0001_core": core }),
+  table: "app_migrations"
+})
+
+export const MigrationsLive = Layer.effectDiscard(migrate)
+
+/** PostgreSQL from DATABASE_URL: any number of runners may share it. */
+export const layerPostgres = (options: {
+  readonly url: Redacted.Redacted
+  readonly maxConnections: number
+  readonly applicationName?: string
+}) =>
+  PgClient.layer({
+    url: options.url,
+    maxConnections: options.maxConnections,
+    applicationName: options.applicationName ?? "task-control-plane",
+    types
+  })
+
+export const layerPostgresConfig = Layer.unwrapEffect(Effect.gen(function*() {
+  const url = yield* Config.redacted("DATABASE_URL")
+  const maxConnections = yield* Config.integer("DB_POOL_SIZE").pipe(Config.withDefault(20))
+  return layerPostgres({ url, maxConnections })
+}))
+
+/**
+ * The embedded default: PGlite served over a unix socket in the data folder, so @effect/sql-pg and
+ * @effect/cluster use the same code paths as with a real server. PGlite is one PostgreSQL session:
+ * advisory locks exclude nothing and more than 2 connections interleave the protocol, so this serves
+ * exactly one runner with a pool of 2, and a lock file refuses a second runner on the same data.
+ */
+export const layerEmbedded = (dataDir: string) =>
+  Layer.unwrapScoped(Effect.gen(function*() {
+    const dir = path.resolve(dataDir)
+    yield* Effect.sync(() => fs.mkdirSync(dir, { recursive: true }))
+    yield* acquireRunnerLock(path.join(dir, "runner.lock"))
+    const db = yield* Effect.acquireRelease(
+      Effect.promise(() => PGlite.create(path.join(dir, "pgdata"))),
+      (db) => Effect.promise(() => db.close())
+    )
+    const socketPath = path.join(dir, ".s.PGSQL.5432")
+    yield* Effect.sync(() => fs.rmSync(socketPath, { force: true }))
+    const server = new PGLiteSocketServer({ db, path: socketPath, maxConnections: 2 })
+    yield* Effect.acquireRelease(
+      Effect.promise(() => server.start()),
+      () => Effect.promise(() => server.stop())
+    )
+    yield* Effect.logInfo("embedded PostgreSQL (PGlite) serving").pipe(Effect.annotateLogs({ dataDir: dir }))
+    return PgClient.layer({
+      host: dir,
+      port: 5432,
+      username: "postgres",
+      database: "postgres",
+      maxConnections: 2,
+      applicationName: "task-control-plane",
+      types
+    })
+  }))
+
+const acquireRunnerLock = (lockPath: string) =>
+  Effect.acquireRelease(
+    Effect.suspend(() => {
+      const holder = readLockHolder(lockPath)
+      if (Option.isSome(holder) && holder.value !== process.pid && isAlive(holder.value)) {
+        return Effect.dieMessage(
+          `embedded database at ${path.dirname(lockPath)} is in use by runner pid ${holder.value}; ` +
+            "PGlite serves one runner only: set DATABASE_URL to run more"
+        )
+      }
+      return Effect.sync(() => fs.writeFileSync(lockPath, String(process.pid)))
+    }),
+    () => Effect.sync(() => fs.rmSync(lockPath, { force: true }))
+  )
+
+const readLockHolder = (lockPath: string): Option.Option<number> => {
+  try {
+    const pid = Number(fs.readFileSync(lockPath, "utf8").trim())
+    return Number.isInteger(pid) && pid > 0 ? Option.some(pid) : Option.none()
+  } catch {
+    return Option.none()
+  }
+}
+
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** DATABASE_URL when set, else the embedded PGlite in EMBEDDED_DATA_DIR (default .data/pglite). */
+export const layerFromEnv = Layer.unwrapEffect(Effect.gen(function*() {
+  const url = yield* Config.option(Config.redacted("DATABASE_URL"))
+  if (Option.isSome(url)) return layerPostgresConfig
+  const dataDir = yield* Config.string("EMBEDDED_DATA_DIR").pipe(Config.withDefault(".data/pglite"))
+  return layerEmbedded(dataDir)
+}))
+
+export type Sql = PgClient.PgClient | SqlClient.SqlClient

@@ -1,0 +1,163 @@
+import { SqlClient } from "@effect/sql"
+import { Data, Effect, Option, Schedule } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { IdempotencyKeyReused, ProjectNotFound, StorageUnavailable, WriteFenced } from "../schema/errors.js"
+import type { PublicTaskPayload } from "../schema/events.js"
+import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
+import type { TaskSnapshot } from "../schema/task.js"
+import { taskFromRow } from "./TaskStore.js"
+import { FENCE_SCOPE, WriteFence } from "./WriteFence.js"
+
+/** Modes in which new tasks may be admitted (seed 19.5.5); the others keep existing tasks moving only. */
+const ADMITTING_MODES = ["NORMAL", "DEGRADED_NOTIFY", "DEGRADED_PROVIDER", "QUEUE_ONLY"]
+
+export interface Admission {
+  readonly tenantId: TenantId
+  readonly projectId: ProjectId
+  readonly userId: UserId
+  readonly idempotencyKey: string
+  readonly requestHash: string
+  readonly request: unknown
+  readonly provider: ProviderName
+  readonly model: string
+  readonly reserveAmount: number
+  readonly traceId: string
+}
+
+/** Another transaction inserted the same idempotency key first: roll back (keeping the stream gap-free) and re-read. */
+class LostKeyRace extends Data.TaggedError("LostKeyRace") {}
+
+/**
+ * Admits new tasks: ONE transaction writes the task, its first attempt (PREPARED, with the client_request_id
+ * the provider will later echo), the credit reserve, the `task.created` event and its outbox row.
+ */
+export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmission", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const { token } = yield* WriteFence
+
+    const byKey = (tenantId: TenantId, key: string) =>
+      sql<Record<string, any>>`
+        SELECT t.*, p.stream_epoch FROM generation_tasks t JOIN projects p ON p.project_id = t.project_id
+        WHERE t.tenant_id = ${tenantId} AND t.idempotency_key = ${key}`
+
+    const replay = (a: Admission, row: Record<string, any>) =>
+      row.request_hash === a.requestHash && row.project_id === a.projectId
+        ? Effect.succeed({ task: taskFromRow(row), created: false })
+        : Effect.fail(
+          new IdempotencyKeyReused({ message: "this Idempotency-Key was already used with a different request" })
+        )
+
+    const insert = (a: Admission) =>
+      Effect.gen(function*() {
+        const fence = yield* sql<{ active_region: string; write_epoch: number; mode: string }>`
+          SELECT active_region, write_epoch, mode FROM region_write_fence WHERE resource_scope = ${FENCE_SCOPE}`
+        const f = fence[0]
+        if (!f || f.active_region !== token.region || f.write_epoch !== token.epoch) {
+          return yield* new WriteFenced({ reason: "this runner's region or epoch is not active" })
+        }
+        if (!ADMITTING_MODES.includes(f.mode)) {
+          return yield* new WriteFenced({ reason: `admissions are paused (mode ${f.mode})` })
+        }
+        yield* sql`
+          INSERT INTO projects (project_id, tenant_id, stream_epoch)
+          VALUES (${a.projectId}, ${a.tenantId}, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+          ON CONFLICT (project_id) DO NOTHING`
+        const existing = yield* byKey(a.tenantId, a.idempotencyKey)
+        if (existing.length > 0) return yield* replay(a, existing[0]!)
+        const stream = yield* sql<{ stream_epoch: number; last_seq: number }>`
+          UPDATE projects SET last_seq = last_seq + 1
+          WHERE project_id = ${a.projectId} AND tenant_id = ${a.tenantId}
+          RETURNING stream_epoch, last_seq`
+        if (stream.length === 0) return yield* new ProjectNotFound({ projectId: a.projectId })
+        const { last_seq: seq, stream_epoch: epoch } = stream[0]!
+        const taskId = crypto.randomUUID() as TaskId
+        const attemptId = crypto.randomUUID()
+        const inserted = yield* sql<Record<string, any>>`
+          INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
+            status, stage, progress, version, last_seq, current_attempt_id, home_region, write_epoch)
+          VALUES (${taskId}, ${a.tenantId}, ${a.projectId}, ${a.userId}, ${a.idempotencyKey}, ${a.requestHash},
+            ${JSON.stringify(a.request)}::jsonb, 'queued', 'queued', NULL, 1, ${seq}, ${attemptId},
+            ${token.region}, ${token.epoch})
+          ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+          RETURNING *`
+        if (inserted.length === 0) return yield* new LostKeyRace()
+        yield* sql`
+          INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, submit_state)
+          VALUES (${attemptId}, ${taskId}, 1, ${a.provider}, ${a.model}, ${crypto.randomUUID()}, 'PREPARED')`
+        yield* sql`
+          INSERT INTO credit_ledger (tenant_id, task_id, attempt_id, ledger_type, amount)
+          VALUES (${a.tenantId}, ${taskId}, NULL, 'reserve', ${a.reserveAmount})`
+        const task = taskFromRow({ ...inserted[0]!, stream_epoch: epoch })
+        const eventId = crypto.randomUUID()
+        const payload: PublicTaskPayload = {
+          task_id: task.id,
+          task_version: 1,
+          status: "queued",
+          stage: "queued",
+          progress: null,
+          asset_id: null,
+          error_code: null
+        }
+        yield* sql`
+          INSERT INTO task_events (event_id, tenant_id, project_id, task_id, attempt_id, task_version, stream_epoch,
+            cursor_seq, event_type, public_payload, source, trace_id)
+          VALUES (${eventId}, ${a.tenantId}, ${a.projectId}, ${taskId}, ${attemptId}, 1, ${epoch}, ${seq},
+            'task.created', ${JSON.stringify(payload)}::jsonb, 'api', ${a.traceId})`
+        yield* sql`
+          INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, payload,
+            home_region, write_epoch)
+          VALUES (${eventId}, 'generation_task', ${taskId}, 1, 'task.created', ${
+          JSON.stringify(createdEvent(task, eventId, a.traceId))
+        }::jsonb, ${token.region}, ${token.epoch})`
+        return { task, created: true }
+      }).pipe(sql.withTransaction)
+
+    const admit = Effect.fn("TaskAdmission.admit")(function*(a: Admission) {
+      return yield* insert(a).pipe(
+        Effect.retry({ while: (e) => e._tag === "LostKeyRace", schedule: Schedule.recurs(2) }),
+        Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),
+        Effect.catchTag("SqlError", unavailable)
+      )
+    })
+
+    /** A task as its tenant may see it: another tenant's or another project's task does not exist. */
+    const find = Effect.fn("TaskAdmission.find")(function*(tenantId: TenantId, projectId: ProjectId, taskId: string) {
+      const rows = yield* sql<Record<string, any>>`
+        SELECT t.*, p.stream_epoch FROM generation_tasks t JOIN projects p ON p.project_id = t.project_id
+        WHERE t.id = ${taskId} AND t.tenant_id = ${tenantId} AND t.project_id = ${projectId}`
+      return rows.length === 0 ? Option.none<TaskSnapshot>() : Option.some(taskFromRow(rows[0]!))
+    }, Effect.catchTag("SqlError", unavailable))
+
+    return { admit, find } as const
+  })
+}) {}
+
+const unavailable = (e: SqlError) => {
+  return Effect.logError("database unavailable", e).pipe(
+    Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the database is unavailable: retry later" })))
+  )
+}
+
+const createdEvent = (task: TaskSnapshot, eventId: string, traceId: string) => ({
+  event_id: eventId,
+  event_type: "task.created",
+  schema_version: 1,
+  aggregate_id: task.id,
+  aggregate_version: task.version,
+  tenant_id: task.tenantId,
+  project_id: task.projectId,
+  user_id: task.userId,
+  attempt_id: task.currentAttemptId,
+  cursor: task.lastCursor.toString(),
+  status: task.status,
+  stage: task.stage,
+  progress: task.progress,
+  asset_id: null,
+  error_code: null,
+  source: "api",
+  home_region: task.homeRegion,
+  write_epoch: task.writeEpoch,
+  occurred_at: task.createdAt.toISOString(),
+  trace_id: traceId
+})

@@ -1,0 +1,37 @@
+import { SqlClient } from "@effect/sql"
+import { Config, Effect, Layer } from "effect"
+
+export const FENCE_SCOPE = "global"
+
+export interface FenceToken {
+  readonly region: string
+  readonly epoch: number
+}
+
+/**
+ * This runner's claim to write (seed 19.5.5). The region comes from configuration; the epoch is the one
+ * active when the runner started (or WRITE_EPOCH). Every task write checks both, and the current mode, inside
+ * its own transaction, so bumping the epoch fences every writer started before the bump.
+ */
+export class WriteFence extends Effect.Service<WriteFence>()("WriteFence", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const region = yield* Config.string("REGION").pipe(Config.withDefault("local"))
+    const pinned = yield* Config.option(Config.integer("WRITE_EPOCH"))
+    yield* sql`
+      INSERT INTO region_write_fence (resource_scope, active_region, write_epoch, mode)
+      VALUES (${FENCE_SCOPE}, ${region}, 1, 'NORMAL')
+      ON CONFLICT (resource_scope) DO NOTHING`
+    const rows = yield* sql<{ active_region: string; write_epoch: number }>`
+      SELECT active_region, write_epoch FROM region_write_fence WHERE resource_scope = ${FENCE_SCOPE}`
+    const epoch = pinned._tag === "Some" ? pinned.value : rows[0]!.write_epoch
+    if (rows[0]!.active_region !== region) {
+      yield* Effect.logWarning("this runner's region is not the active region: its task writes will be fenced")
+        .pipe(Effect.annotateLogs({ region, activeRegion: rows[0]!.active_region }))
+    }
+    const token: FenceToken = { region, epoch }
+    return { token } as const
+  }).pipe(Effect.orDie)
+}) {
+  static readonly layerToken = (token: FenceToken) => Layer.succeed(WriteFence, WriteFence.make({ token }))
+}

@@ -1,0 +1,49 @@
+import { HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
+import { createServer } from "node:http"
+import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
+import { TaskClient } from "../entities/TaskClient.js"
+import { ControlPlaneApi } from "../http/Api.js"
+import { AuthenticationLive, TokenSigner } from "../http/Auth.js"
+import { TasksHttpLive } from "../http/TasksHttp.js"
+import * as Database from "../persistence/Database.js"
+import { TaskAdmission } from "../persistence/TaskAdmission.js"
+import { TaskStore } from "../persistence/TaskStore.js"
+import { WriteFence } from "../persistence/WriteFence.js"
+import { layerCluster } from "./Cluster.js"
+import { RunnerConfig } from "./RunnerConfig.js"
+
+/** Everything that needs only the database: migrations run before anything reads a table. */
+export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => {
+  const migrated = Database.MigrationsLive.pipe(Layer.provideMerge(database))
+  return Layer.mergeAll(TaskStore.Default, TaskAdmission.Default).pipe(
+    Layer.provideMerge(WriteFence.Default),
+    Layer.provideMerge(migrated)
+  )
+}
+
+/** A cluster runner hosting GenerationTask entities, plus the clients that talk to them. */
+export const layerRunner = (c: RunnerConfig) =>
+  Layer.mergeAll(GenerationTaskLive, TaskClient.Default).pipe(Layer.provideMerge(layerCluster(c)))
+
+export const layerHttp = (c: RunnerConfig) =>
+  HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
+    Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+    Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
+    Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
+    Layer.provide(TasksHttpLive),
+    Layer.provide(AuthenticationLive),
+    Layer.provide(TokenSigner.Default),
+    HttpServer.withLogAddress,
+    Layer.provide(NodeHttpServer.layer(createServer, { host: c.httpHost, port: c.httpPort }))
+  )
+
+/** One runner process: HTTP API + cluster runner on DATABASE_URL, or on the embedded PGlite when it is unset. */
+export const RunnerLive = Layer.unwrapEffect(Effect.gen(function*() {
+  const c = yield* RunnerConfig
+  return layerHttp(c).pipe(
+    Layer.provide(layerRunner(c)),
+    Layer.provide(layerStores(Database.layerFromEnv))
+  )
+}))

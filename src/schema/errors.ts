@@ -1,0 +1,70 @@
+import { HttpApiSchema } from "@effect/platform"
+import { Schema } from "effect"
+import { TaskId } from "./ids.js"
+
+export class TaskNotFound extends Schema.TaggedError<TaskNotFound>()(
+  "TaskNotFound",
+  { taskId: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
+) {
+  override get message() {
+    return `task ${this.taskId} not found`
+  }
+}
+
+/** The write fence refused the write: this runner's region/epoch is not the active one, or the mode forbids writes. */
+export class WriteFenced extends Schema.TaggedError<WriteFenced>()(
+  "WriteFenced",
+  { reason: Schema.String },
+  HttpApiSchema.annotations({ status: 503 })
+) {}
+
+/** The version CAS kept failing after reloads: another writer keeps winning (should not happen under sharding). */
+export class VersionConflict extends Schema.TaggedError<VersionConflict>()(
+  "VersionConflict",
+  { taskId: TaskId, expected: Schema.Number },
+  HttpApiSchema.annotations({ status: 409 })
+) {}
+
+/** The same Idempotency-Key was used with a different request body. */
+export class IdempotencyKeyReused extends Schema.TaggedError<IdempotencyKeyReused>()(
+  "IdempotencyKeyReused",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 422 })
+) {}
+
+export class CommandRejected extends Schema.TaggedError<CommandRejected>()(
+  "CommandRejected",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 409 })
+) {}
+
+export class Unauthorized extends Schema.TaggedError<Unauthorized>()(
+  "Unauthorized",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 401 })
+) {}
+
+/** The database could not be reached or failed: the caller should retry later; nothing was acknowledged. */
+export class StorageUnavailable extends Schema.TaggedError<StorageUnavailable>()(
+  "StorageUnavailable",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 503 })
+) {}
+
+export class ProjectNotFound extends Schema.TaggedError<ProjectNotFound>()(
+  "ProjectNotFound",
+  { projectId: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
+) {
+  override get message() {
+    return `project ${this.projectId} not found`
+  }
+}
+
+/** The task's entity could not be reached in time (shard moving, runner stopping): retry shortly. */
+export class TaskUnavailable extends Schema.TaggedError<TaskUnavailable>()(
+  "TaskUnavailable",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 503 })
+) {}

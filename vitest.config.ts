@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config"
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // cluster tests hold advisory locks and runner ports: isolate files in their own processes
+    pool: "forks",
+    fileParallelism: true,
+    maxWorkers: 2
+  }
+})
