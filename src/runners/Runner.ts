@@ -27,14 +27,18 @@ export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => 
 export const layerRunner = (c: RunnerConfig) =>
   Layer.mergeAll(GenerationTaskLive, TaskClient.Default).pipe(Layer.provideMerge(layerCluster(c)))
 
+/** The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) on whatever HttpServer is provided. */
+export const layerHttpApp = HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
+  Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+  Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
+  Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
+  Layer.provide(TasksHttpLive),
+  Layer.provide(AuthenticationLive),
+  Layer.provideMerge(TokenSigner.Default)
+)
+
 export const layerHttp = (c: RunnerConfig) =>
-  HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
-    Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
-    Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
-    Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
-    Layer.provide(TasksHttpLive),
-    Layer.provide(AuthenticationLive),
-    Layer.provide(TokenSigner.Default),
+  layerHttpApp.pipe(
     HttpServer.withLogAddress,
     Layer.provide(NodeHttpServer.layer(createServer, { host: c.httpHost, port: c.httpPort }))
   )
