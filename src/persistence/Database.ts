@@ -19,11 +19,25 @@ const types: Pg.CustomTypesConfig = {
       : (pg.types.getTypeParser as (oid: number, format?: string) => unknown)(oid, format)) as never
 }
 
-/** Runs the project's migrations (migrations/) against the current SqlClient; idempotent. */
-export const migrate = Migrator.make({})({
+const runMigrations = Migrator.make({})({
   loader: Migrator.fromRecord({ "0001_core": core }),
   table: "app_migrations"
 })
+
+/**
+ * Runs the project's migrations (migrations/) at runner start; idempotent. Runners starting together are
+ * serialized by a session advisory lock held on a reserved connection while the Migrator runs.
+ */
+export const migrate = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const conn = yield* sql.reserve
+  yield* Effect.acquireRelease(
+    conn.executeRaw(`SELECT pg_advisory_lock(${MIGRATION_LOCK_KEY})`, []),
+    () => Effect.ignore(conn.executeRaw(`SELECT pg_advisory_unlock(${MIGRATION_LOCK_KEY})`, []))
+  )
+  return yield* runMigrations
+}).pipe(Effect.scoped)
+const MIGRATION_LOCK_KEY = 7_340_001
 
 export const MigrationsLive = Layer.effectDiscard(migrate)
 
