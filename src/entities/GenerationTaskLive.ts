@@ -2,6 +2,7 @@ import { Entity } from "@effect/cluster"
 import { Clock, Effect, Option, Ref } from "effect"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
+import { trusted } from "../schema/task.js"
 import { TaskStore, type TaskState } from "../persistence/TaskStore.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { type Outcome, requestCancel, transition } from "./transition.js"
@@ -78,12 +79,12 @@ export const GenerationTaskLive = GenerationTask.toLayer(
 const result = (outcome: Outcome, state: TaskState): CommandResult => {
   switch (outcome._tag) {
     case "Changed":
-      return new CommandResult({ outcome: "changed", reason: null, task: state.task })
+      return new CommandResult({ outcome: "changed", reason: null, task: state.task }, trusted)
     case "Unchanged":
-      return new CommandResult({ outcome: "unchanged", reason: outcome.reason, task: state.task })
+      return new CommandResult({ outcome: "unchanged", reason: outcome.reason, task: state.task }, trusted)
     case "Ignored":
-      return new CommandResult({ outcome: "ignored", reason: outcome.reason, task: state.task })
+      return new CommandResult({ outcome: "ignored", reason: outcome.reason, task: state.task }, trusted)
     case "Conflict":
-      return new CommandResult({ outcome: "conflict", reason: outcome.reason, task: state.task })
+      return new CommandResult({ outcome: "conflict", reason: outcome.reason, task: state.task }, trusted)
   }
 }

@@ -9,7 +9,8 @@ import {
   stageRank,
   type SubmitState,
   TaskSnapshot,
-  type TaskStatus
+  type TaskStatus,
+  trusted
 } from "../schema/task.js"
 import { isAllowed } from "./allowedTransitions.js"
 
@@ -127,7 +128,7 @@ const nextAttempt = (attempt: AttemptSnapshot, o: ProviderObservation): AttemptS
     lastProviderAt: o.providerOccurredAt ?? o.receivedAt,
     unknownSince: null,
     outputRefs: o.status === "succeeded" && o.outputRefs.length > 0 ? o.outputRefs : attempt.outputRefs
-  })
+  }, trusted)
 
 /** Builds the change record for moving `task` to `target`: version + 1, public payload, domain event. */
 export const makeChange = (
@@ -147,7 +148,7 @@ export const makeChange = (
     version: task.version + 1,
     updatedAt: now,
     terminalAt: isTerminal(target.status) ? now : null
-  })
+  }, trusted)
   const publicPayload: PublicTaskPayload = {
     task_id: next.id,
     task_version: next.version,
@@ -282,7 +283,7 @@ export const requestCancel = (
   }
   const neverSent = task.status === "queued" && (attempt === null || attempt.submitState === "PREPARED")
   const status: TaskStatus = neverSent ? "canceled" : "cancel_requested"
-  const nextAttempt = neverSent && attempt !== null ? new AttemptSnapshot({ ...attempt, submitState: "CANCELLED" }) : attempt
+  const nextAttempt = neverSent && attempt !== null ? new AttemptSnapshot({ ...attempt, submitState: "CANCELLED" }, trusted) : attempt
   return Outcome.Changed({
     change: makeChange(task, nextAttempt, { ...current(task), status, errorCode: null }, now, meta)
   })

@@ -9,6 +9,8 @@ import * as path from "node:path"
 import pg from "pg"
 import type * as Pg from "pg"
 import core from "../../migrations/0001_core.js"
+import commitTaskChange from "../../migrations/0002_commit_task_change.js"
+import commitTaskChanges from "../../migrations/0003_commit_task_changes.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -20,7 +22,11 @@ const types: Pg.CustomTypesConfig = {
 }
 
 const runMigrations = Migrator.make({})({
-  loader: Migrator.fromRecord({ "0001_core": core }),
+  loader: Migrator.fromRecord({
+    "0001_core": core,
+    "0002_commit_task_change": commitTaskChange,
+    "0003_commit_task_changes": commitTaskChanges
+  }),
   table: "app_migrations"
 })
 

@@ -1,12 +1,14 @@
 import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Config, Effect, Either, Option } from "effect"
 import type { Change } from "../entities/transition.js"
 import { WriteFenced } from "../schema/errors.js"
 import { EventCursor } from "../schema/cursor.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
-import { AttemptSnapshot, TaskSnapshot } from "../schema/task.js"
-import { FENCE_SCOPE, WriteFence } from "./WriteFence.js"
+import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
+import { makeGroupCommit } from "./GroupCommit.js"
+import { WriteFence } from "./WriteFence.js"
 
 export interface TaskState {
   readonly task: TaskSnapshot
@@ -37,11 +39,11 @@ export const taskFromRow = (r: Record<string, any>): TaskSnapshot =>
     writeEpoch: r.write_epoch,
     assetId: r.asset_id,
     errorCode: r.error_code,
-    lastCursor: new EventCursor({ epoch: r.stream_epoch, seq: r.last_seq }),
+    lastCursor: new EventCursor({ epoch: r.stream_epoch, seq: r.last_seq }, trusted),
     createdAt: r.created_at,
     updatedAt: r.updated_at,
     terminalAt: r.terminal_at
-  })
+  }, trusted)
 
 const attemptFromRow = (r: Record<string, any>): AttemptSnapshot =>
   new AttemptSnapshot({
@@ -57,15 +59,35 @@ const attemptFromRow = (r: Record<string, any>): AttemptSnapshot =>
     lastProviderAt: r.last_provider_at,
     unknownSince: r.unknown_since,
     outputRefs: r.output_refs
-  })
+  }, trusted)
+
+/** The arguments of commit_task_change (migrations/0002) for one change, as one element of a batch. */
+interface CommitItem {
+  readonly region: string
+  readonly epoch: number
+  readonly project_id: string
+  readonly task_id: string
+  readonly expected_version: number
+  readonly [column: string]: unknown
+}
+
+interface CommitRow {
+  readonly fence_ok: boolean
+  readonly stream_epoch: number | null
+  readonly seq: number | null
+}
+
+const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
 
 /**
- * Reads and writes one task's facts. `commit` is the only way a task changes after creation: ONE statement
- * (so one transaction and one round trip) that checks the write fence, CASes the version, takes the next
- * cursor of the project's stream, and writes the task, the attempt, the task event and the outbox row.
+ * Reads and writes one task's facts. `commit` is the only way a task changes after creation: one call of
+ * commit_task_change (migrations/0002), which checks the write fence, CASes the version, takes the next cursor
+ * of the project's stream, and writes the task, the attempt, the task event and the outbox row in one
+ * transaction. Concurrent commits of different tasks are grouped into one statement (migrations/0003): one
+ * round trip and one WAL flush for the group, each change still all-or-nothing and individually reported.
  */
 export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const { token } = yield* WriteFence
 
@@ -82,72 +104,89 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
       return Option.some<TaskState>({ task, attempt: attempts.length === 0 ? null : attemptFromRow(attempts[0]!) })
     }, Effect.orDie)
 
+    const runBatch = (items: ReadonlyArray<CommitItem>) =>
+      sql<CommitRow & { ord: number }>`SELECT * FROM commit_task_changes(${JSON.stringify(items)}::jsonb)`.pipe(
+        Effect.map((rows) => {
+          const byOrd = new Array<CommitRow>(items.length)
+          for (const row of rows) byOrd[row.ord] = row
+          return byOrd
+        })
+      )
+
+    // One failing change (a constraint, a deadlock with a zombie writer) must not fail its batch-mates:
+    // on error the batch is retried one change at a time, and only the culprit fails.
+    const enqueue = yield* makeGroupCommit({
+      parallelism: yield* Config.integer("COMMIT_PARALLELISM").pipe(Config.withDefault(4), Effect.orDie),
+      maxBatch: yield* Config.integer("COMMIT_MAX_BATCH").pipe(Config.withDefault(64), Effect.orDie),
+      run: (items: ReadonlyArray<CommitItem>) => {
+        // stream (project) locks are taken in one global order by every batch
+        const order = items.map((_, i) => i).sort((x, y) =>
+          compare(items[x]!.project_id, items[y]!.project_id) || compare(items[x]!.task_id, items[y]!.task_id)
+        )
+        const sorted = order.map((i) => items[i]!)
+        const unsort = (rows: ReadonlyArray<Either.Either<CommitRow, SqlError>>) => {
+          const out = new Array<Either.Either<CommitRow, SqlError>>(items.length)
+          order.forEach((original, position) => (out[original] = rows[position]!))
+          return out
+        }
+        return runBatch(sorted).pipe(
+          Effect.map((rows) => unsort(rows.map(Either.right))),
+          Effect.catchTag("SqlError", (error) =>
+            sorted.length === 1
+              ? Effect.succeed([Either.left(error)])
+              : Effect.forEach(sorted, (item) =>
+                runBatch([item]).pipe(Effect.map((rows) => rows[0]!), Effect.either)).pipe(Effect.map(unsort)))
+        )
+      }
+    })
+
     const commit = Effect.fn("TaskStore.commit")(function*(expected: TaskSnapshot, change: Change) {
       const next = change.task
       const a = change.attempt
       const eventId = crypto.randomUUID()
-      const domainEvent = JSON.stringify({ ...change.domainEvent, event_id: eventId })
-      const rows = yield* sql<{ fence_ok: number; epoch: number | null; seq: number | null }>`
-        WITH fence AS (
-          SELECT 1 FROM region_write_fence
-          WHERE resource_scope = ${FENCE_SCOPE} AND active_region = ${token.region} AND write_epoch = ${token.epoch}
-            AND mode NOT IN ('READ_ONLY', 'MAINTENANCE')
-        ), cur AS (
-          SELECT id, project_id FROM generation_tasks
-          WHERE id = ${next.id} AND version = ${expected.version} AND write_epoch <= ${token.epoch}
-            AND EXISTS (SELECT 1 FROM fence)
-          FOR UPDATE
-        ), stream AS (
-          UPDATE projects p SET last_seq = p.last_seq + 1 FROM cur WHERE p.project_id = cur.project_id
-          RETURNING p.stream_epoch, p.last_seq
-        ), upd AS (
-          UPDATE generation_tasks t SET
-            status = ${next.status}, stage = ${next.stage}, progress = ${next.progress}, version = ${next.version},
-            current_attempt_id = ${next.currentAttemptId}, asset_id = ${next.assetId}, error_code = ${next.errorCode},
-            home_region = ${token.region}, write_epoch = ${token.epoch}, last_seq = stream.last_seq,
-            updated_at = ${next.updatedAt}, terminal_at = ${next.terminalAt}
-          FROM stream WHERE t.id = ${next.id}
-          RETURNING t.id
-        ), att AS (
-          UPDATE task_attempts SET
-            submit_state = ${a?.submitState ?? null}, provider_task_id = ${a?.providerTaskId ?? null},
-            last_provider_seq = ${a?.lastProviderSeq ?? null}, last_provider_at = ${a?.lastProviderAt ?? null},
-            unknown_since = ${a?.unknownSince ?? null}, output_refs = ${JSON.stringify(a?.outputRefs ?? [])}::jsonb,
-            updated_at = ${next.updatedAt}
-          FROM upd WHERE task_attempts.id = ${a?.id ?? null}::uuid
-          RETURNING 1
-        ), ev AS (
-          INSERT INTO task_events (event_id, tenant_id, project_id, task_id, attempt_id, task_version, stream_epoch,
-            cursor_seq, event_type, public_payload, source, trace_id, created_at)
-          SELECT ${eventId}, ${next.tenantId}, ${next.projectId}, ${next.id}, ${next.currentAttemptId}, ${next.version},
-            stream.stream_epoch, stream.last_seq, ${change.eventType}, ${JSON.stringify(change.publicPayload)}::jsonb,
-            ${change.source}, ${change.domainEvent.trace_id}, ${next.updatedAt}
-          FROM stream
-          RETURNING 1
-        ), ob AS (
-          INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, payload,
-            home_region, write_epoch, created_at)
-          SELECT ${eventId}, 'generation_task', ${next.id}, ${next.version}, ${change.eventType},
-            ${domainEvent}::jsonb || jsonb_build_object('cursor', stream.stream_epoch || '-' || stream.last_seq),
-            ${token.region}, ${token.epoch}, ${next.updatedAt}
-          FROM stream
-          RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM fence)::int AS fence_ok,
-               (SELECT stream_epoch FROM stream) AS epoch, (SELECT last_seq FROM stream) AS seq`
-      const row = rows[0]!
-      if (row.fence_ok === 0) {
+      const result = yield* enqueue({
+        region: token.region,
+        epoch: token.epoch,
+        project_id: next.projectId,
+        task_id: next.id,
+        expected_version: expected.version,
+        status: next.status,
+        stage: next.stage,
+        progress: next.progress,
+        version: next.version,
+        current_attempt_id: next.currentAttemptId,
+        asset_id: next.assetId,
+        error_code: next.errorCode,
+        updated_at: next.updatedAt,
+        terminal_at: next.terminalAt,
+        attempt_id: a?.id ?? null,
+        submit_state: a?.submitState ?? null,
+        provider_task_id: a?.providerTaskId ?? null,
+        last_provider_seq: a?.lastProviderSeq ?? null,
+        last_provider_at: a?.lastProviderAt ?? null,
+        unknown_since: a?.unknownSince ?? null,
+        output_refs: a?.outputRefs ?? [],
+        event_id: eventId,
+        event_type: change.eventType,
+        public_payload: change.publicPayload,
+        source: change.source,
+        trace_id: change.domainEvent.trace_id,
+        domain_event: { ...change.domainEvent, event_id: eventId }
+      })
+      if (Either.isLeft(result)) return yield* Effect.die(result.left)
+      const row = result.right
+      if (!row.fence_ok) {
         return yield* new WriteFenced({ reason: `region ${token.region} epoch ${token.epoch} may not write now` })
       }
-      if (row.seq === null || row.epoch === null) return { _tag: "Stale" } as CommitResult
+      if (row.seq === null || row.stream_epoch === null) return { _tag: "Stale" } as CommitResult
       const task = new TaskSnapshot({
         ...next,
         homeRegion: token.region,
         writeEpoch: token.epoch,
-        lastCursor: new EventCursor({ epoch: row.epoch, seq: row.seq })
-      })
+        lastCursor: new EventCursor({ epoch: row.stream_epoch, seq: row.seq }, trusted)
+      }, trusted)
       return { _tag: "Committed", task, attempt: a } as CommitResult
-    }, (effect) => Effect.catchTag(effect, "SqlError", Effect.die))
+    })
 
     /** Contradictory or suspicious facts go to reconciliation, once per (task, dedup key). */
     const recordReconciliation = Effect.fn("TaskStore.recordReconciliation")(function*(

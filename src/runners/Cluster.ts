@@ -18,6 +18,7 @@ export const layerCluster = (c: RunnerConfig) =>
       refreshAssignmentsInterval: c.refreshAssignmentsInterval,
       runnerHealthCheckInterval: c.runnerHealthCheckInterval,
       entityMessagePollInterval: c.entityMessagePollInterval,
-      entityMaxIdleTime: c.entityMaxIdleTime
+      entityMaxIdleTime: c.entityMaxIdleTime,
+      simulateRemoteSerialization: c.simulateRemoteSerialization
     }
   })

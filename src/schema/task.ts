@@ -2,6 +2,13 @@ import { Schema } from "effect"
 import { EventCursor } from "./cursor.js"
 import { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "./ids.js"
 
+/**
+ * Constructor option for values the system builds itself from already-decoded values (transitions, rows it
+ * wrote). Input is validated once where it enters (HTTP, webhooks, messages); re-validating every internal
+ * construction cost more CPU than the database write it accompanies (measured with npm run bench:transitions).
+ */
+export const trusted = { disableValidation: true } as const
+
 export const TaskStatus = Schema.Literal(
   "queued",
   "submitting",

@@ -1,0 +1,176 @@
+/**
+ * npm run bench:transitions — committed task transitions/s through the GenerationTask entity on real PostgreSQL,
+ * against the ceiling of the same transaction shape (TaskStore.commit: the same single statement, same pool,
+ * no cluster) on the same machine, in the same run.
+ *
+ *   BENCH_TASKS (200)  concurrent tasks, one outstanding observation each
+ *   BENCH_ROUNDS (3)   repetitions; medians are reported
+ *   DATABASE_URL       admin URL; a fresh database is created and dropped
+ */
+import { NodeRuntime } from "@effect/platform-node"
+import { Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import pg from "pg"
+import { TaskClient } from "../src/entities/TaskClient.js"
+import { makeChange } from "../src/entities/transition.js"
+import { layerPostgres } from "../src/persistence/Database.js"
+import { TaskAdmission } from "../src/persistence/TaskAdmission.js"
+import { type TaskState, TaskStore } from "../src/persistence/TaskStore.js"
+import { layerRunner, layerStores } from "../src/runners/Runner.js"
+import { RunnerConfig } from "../src/runners/RunnerConfig.js"
+import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../src/schema/ids.js"
+import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
+
+const TASKS = Number(process.env.BENCH_TASKS ?? 200)
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const POOL = Number(process.env.DB_POOL_SIZE ?? 20)
+const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
+
+/** One task's provider history: queued, running 5..95 in steps of 5, succeeded: 21 committed transitions. */
+const history: ReadonlyArray<{ status: NormalizedStatus; progress: number | null }> = [
+  { status: "queued", progress: null },
+  ...Array.from({ length: 19 }, (_, i) => ({ status: "running" as const, progress: (i + 1) * 5 })),
+  { status: "succeeded", progress: null }
+]
+
+const obs = (attemptId: AttemptId, step: number) => {
+  const h = history[step]!
+  const id = `${attemptId}-${step}`
+  return new ProviderObservation({
+    provider: "simulator" as ProviderName,
+    providerEventId: id,
+    dedupKey: id,
+    providerTaskId: `job-${attemptId}`,
+    clientRequestId: null,
+    attemptId,
+    providerSequence: step + 1,
+    providerOccurredAt: null,
+    receivedAt: new Date(),
+    status: h.status,
+    stage: null,
+    progress: h.progress,
+    errorClass: null,
+    errorCode: null,
+    outputRefs: [],
+    source: "poll",
+    payloadHash: id,
+    traceId: "bench"
+  })
+}
+
+const percentile = (xs: ReadonlyArray<number>, p: number) => {
+  const sorted = [...xs].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0
+}
+const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
+
+const admitMany = (n: number) =>
+  Effect.flatMap(TaskAdmission, (admission) =>
+    Effect.forEach(Array.from({ length: n }), () =>
+      admission.admit({
+        tenantId: crypto.randomUUID() as TenantId,
+        projectId: crypto.randomUUID() as ProjectId,
+        userId: crypto.randomUUID() as UserId,
+        idempotencyKey: crypto.randomUUID(),
+        requestHash: "bench",
+        request: {},
+        provider: "simulator" as ProviderName,
+        model: "sim-1",
+        reserveAmount: 1,
+        traceId: "bench"
+      }).pipe(Effect.map(({ task }) => ({ taskId: task.id as TaskId, attemptId: task.currentAttemptId as AttemptId }))), {
+      concurrency: 16
+    }))
+
+/** Every task walks its history, one outstanding request per task; returns transitions/s and latencies. */
+const measure = <R>(
+  tasks: ReadonlyArray<{ taskId: TaskId; attemptId: AttemptId }>,
+  apply: (t: { taskId: TaskId; attemptId: AttemptId }, step: number) => Effect.Effect<void, unknown, R>
+) =>
+  Effect.gen(function*() {
+    const latencies: Array<number> = []
+    const started = performance.now()
+    yield* Effect.forEach(tasks, (t) =>
+      Effect.gen(function*() {
+        for (let step = 0; step < history.length; step++) {
+          const t0 = performance.now()
+          yield* apply(t, step)
+          latencies.push(performance.now() - t0)
+        }
+      }), { concurrency: "unbounded", discard: true })
+    const seconds = (performance.now() - started) / 1000
+    return { perSecond: latencies.length / seconds, p50: percentile(latencies, 50), p99: percentile(latencies, 99) }
+  })
+
+/** Observations are decoded once at the edge (webhook gateway, poller): built before timing starts. */
+const viaEntity = (observations: Map<TaskId, ReadonlyArray<ProviderObservation>>) =>
+(t: { taskId: TaskId; attemptId: AttemptId }, step: number) =>
+  Effect.flatMap(TaskClient, (client) => client.send(t.taskId, (c) => c.Observe(observations.get(t.taskId)![step]!))).pipe(
+    Effect.flatMap((r) => r.outcome === "changed" ? Effect.void : Effect.dieMessage(`not committed: ${r.reason}`))
+  )
+
+/** The ceiling: the same commit statement, state kept in memory like the entity's cache, no cluster hop. */
+const viaStore = (cache: Map<TaskId, TaskState>) => (t: { taskId: TaskId }, step: number) =>
+  Effect.gen(function*() {
+    const store = yield* TaskStore
+    const state = cache.get(t.taskId) ?? Option.getOrThrow(yield* store.load(t.taskId))
+    const h = history[step]!
+    const status = h.status === "queued" ? "submitted" : h.status === "running" ? "running" : "provider_succeeded"
+    const change = makeChange(state.task, state.attempt, {
+      status,
+      stage: status === "submitted" ? "provider_queued" : status === "running" ? "generating" : "generated",
+      progress: h.progress,
+      errorCode: null
+    }, new Date(), { source: "poll", traceId: "bench" })
+    const res = yield* store.commit(state.task, change)
+    if (res._tag !== "Committed") return yield* Effect.dieMessage("ceiling commit lost its CAS")
+    cache.set(t.taskId, { task: res.task, attempt: res.attempt })
+  })
+
+const program = Effect.gen(function*() {
+  const name = `bench_${Date.now().toString(36)}`
+  const admin = new pg.Client({ connectionString: adminUrl })
+  yield* Effect.promise(() => admin.connect())
+  yield* Effect.promise(() => admin.query(`CREATE DATABASE ${name}`))
+  yield* Effect.addFinalizer(() =>
+    Effect.promise(async () => {
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await admin.end()
+    })
+  )
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  const c = yield* RunnerConfig
+  const database = layerPostgres({ url: Redacted.make(url.toString()), maxConnections: POOL, applicationName: "bench" })
+  const stack = layerRunner(c).pipe(Layer.provideMerge(layerStores(database)))
+
+  yield* Effect.gen(function*() {
+    const entity: Array<{ perSecond: number; p50: number; p99: number }> = []
+    const ceiling: Array<{ perSecond: number; p50: number; p99: number }> = []
+    for (let round = 1; round <= ROUNDS; round++) {
+      const entityTasks = yield* admitMany(TASKS)
+      const observations = new Map(entityTasks.map((t) => [t.taskId, history.map((_, step) => obs(t.attemptId, step))]))
+      const a = yield* measure(entityTasks, viaEntity(observations))
+      const b = yield* measure(yield* admitMany(TASKS), viaStore(new Map()))
+      entity.push(a)
+      ceiling.push(b)
+      console.log(
+        `round ${round}: entity ${a.perSecond.toFixed(0)}/s p50 ${a.p50.toFixed(1)} ms p99 ${a.p99.toFixed(1)} ms | ` +
+          `raw statement ${b.perSecond.toFixed(0)}/s p50 ${b.p50.toFixed(1)} ms p99 ${b.p99.toFixed(1)} ms`
+      )
+    }
+    const e = median(entity.map((x) => x.perSecond))
+    const r = median(ceiling.map((x) => x.perSecond))
+    console.log(`\n${TASKS} concurrent tasks x ${history.length} observations, PG pool ${POOL}, ${ROUNDS} rounds (medians)`)
+    console.log(`entity (cluster Observe -> transition -> one fenced CAS commit): ${e.toFixed(0)} transitions/s, ` +
+      `p50 ${median(entity.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(entity.map((x) => x.p99)).toFixed(1)} ms`)
+    console.log(`ceiling (same statement via TaskStore.commit, no cluster):      ${r.toFixed(0)} transitions/s, ` +
+      `p50 ${median(ceiling.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(ceiling.map((x) => x.p99)).toFixed(1)} ms`)
+    console.log(`ratio entity / ceiling: ${((e / r) * 100).toFixed(0)}%`)
+  }).pipe(Effect.provide(stack))
+})
+
+program.pipe(
+  Effect.scoped,
+  Effect.provide(Logger.minimumLogLevel(LogLevel.Warning)),
+  NodeRuntime.runMain
+)

@@ -1,0 +1,37 @@
+import { NodeRuntime } from "@effect/platform-node"
+import { Console, Effect, Logger, LogLevel, Schema } from "effect"
+import { parseArgs } from "node:util"
+import { TokenSigner } from "../http/Auth.js"
+import { ProjectId, TenantId, UserId } from "../schema/ids.js"
+
+/**
+ * Prints a bearer token signed with AUTH_SECRET, for trying the API by hand:
+ *   npm run token -- --tenant <uuid> --project <uuid> [--project <uuid> ...] [--user <uuid>] [--ttl 3600]
+ * Without --project the token covers every project of the tenant.
+ */
+const Args = Schema.Struct({
+  tenant: TenantId,
+  project: Schema.optionalWith(Schema.Array(ProjectId), { default: () => [] }),
+  user: Schema.optionalWith(UserId, { default: () => crypto.randomUUID() as UserId }),
+  ttl: Schema.optionalWith(Schema.NumberFromString.pipe(Schema.int(), Schema.positive()), { default: () => 3600 })
+})
+
+const program = Effect.gen(function*() {
+  const { values } = parseArgs({
+    options: {
+      tenant: { type: "string", default: crypto.randomUUID() },
+      project: { type: "string", multiple: true },
+      user: { type: "string" },
+      ttl: { type: "string" }
+    }
+  })
+  const args = yield* Schema.decodeUnknown(Args)(values)
+  const signer = yield* TokenSigner
+  const token = yield* signer.sign(
+    { tenant_id: args.tenant, sub: args.user, projects: args.project.length === 0 ? "*" : args.project },
+    args.ttl
+  )
+  yield* Console.log(token)
+})
+
+program.pipe(Effect.provide(TokenSigner.Default), Effect.provide(Logger.minimumLogLevel(LogLevel.Error)), NodeRuntime.runMain)

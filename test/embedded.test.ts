@@ -1,0 +1,106 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { TokenSigner } from "../src/http/Auth.js"
+import type { ProjectId, TenantId, UserId } from "../src/schema/ids.js"
+import { freePort } from "./support/runner.js"
+
+const SECRET = "embedded-test-secret-0123456789abcdef"
+
+interface Proc {
+  readonly child: ChildProcess
+  readonly output: () => string
+  readonly exited: Promise<number | null>
+}
+
+/** `npm start`'s program on the embedded PGlite: no DATABASE_URL, data in `dataDir`. */
+const startRunner = (dataDir: string, httpPort: number, runnerPort: number): Proc => {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    EMBEDDED_DATA_DIR: dataDir,
+    HTTP_PORT: String(httpPort),
+    RUNNER_PORT: String(runnerPort),
+    AUTH_SECRET: SECRET
+  }
+  delete env.DATABASE_URL
+  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], { env, stdio: "pipe" })
+  let out = ""
+  child.stdout!.on("data", (d) => (out += d))
+  child.stderr!.on("data", (d) => (out += d))
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
+  return { child, output: () => out, exited }
+}
+
+const waitForHttp = async (port: number, proc: Proc) => {
+  const deadline = Date.now() + 60_000
+  while (Date.now() < deadline) {
+    if (proc.child.exitCode !== null) throw new Error(`runner exited early:\n${proc.output()}`)
+    try {
+      const res = await fetch(`http://127.0.0.1:${port}/openapi.json`)
+      if (res.ok) return
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 250))
+  }
+  throw new Error(`runner did not start:\n${proc.output()}`)
+}
+
+const withTimeout = <A>(p: Promise<A>, ms: number, what: string) =>
+  Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), ms))])
+
+describe("npm start on the embedded PostgreSQL (PGlite)", () => {
+  it("serves the API, refuses a second runner on the same data, stops cleanly on SIGTERM, keeps its data", async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "pglite-"))
+    const [httpPort, runnerPort, otherHttp, otherRunner] = await Effect.runPromise(
+      Effect.all([freePort, freePort, freePort, freePort])
+    )
+    const tenant = crypto.randomUUID() as TenantId
+    const project = crypto.randomUUID() as ProjectId
+    process.env.AUTH_SECRET = SECRET
+    const token = await Effect.runPromise(
+      Effect.flatMap(TokenSigner, (s) => s.sign({ tenant_id: tenant, sub: crypto.randomUUID() as UserId, projects: "*" }))
+        .pipe(Effect.provide(TokenSigner.Default))
+    )
+    const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
+    const first = startRunner(dataDir, httpPort, runnerPort)
+    try {
+      await waitForHttp(httpPort, first)
+
+      const second = startRunner(dataDir, otherHttp, otherRunner)
+      expect(await withTimeout(second.exited, 60_000, "second runner refusal")).not.toBe(0)
+      expect(second.output()).toContain("is in use by runner pid")
+
+      const created = await fetch(`http://127.0.0.1:${httpPort}/v1/projects/${project}/tasks`, {
+        method: "POST",
+        headers: { ...headers, "idempotency-key": "k1" },
+        body: JSON.stringify({ provider: "simulator", model: "sim-1", prompt: "a boat", duration_seconds: 4 })
+      })
+      expect(created.status).toBe(201)
+      const task = (await created.json()) as { task_id: string }
+
+      first.child.kill("SIGTERM")
+      expect(await withTimeout(first.exited, 20_000, "graceful shutdown")).toBe(0)
+      expect(fs.existsSync(path.join(dataDir, "runner.lock"))).toBe(false)
+
+      const again = startRunner(dataDir, httpPort, runnerPort)
+      try {
+        await waitForHttp(httpPort, again)
+        const got = await fetch(`http://127.0.0.1:${httpPort}/v1/projects/${project}/tasks/${task.task_id}`, {
+          headers
+        })
+        expect(got.status).toBe(200)
+        expect(await got.json()).toMatchObject({ task_id: task.task_id, status: "queued", task_version: 1 })
+      } finally {
+        again.child.kill("SIGTERM")
+        await withTimeout(again.exited, 20_000, "second shutdown")
+      }
+    } finally {
+      first.child.kill("SIGKILL")
+      fs.rmSync(dataDir, { recursive: true, force: true })
+    }
+  }, 180_000)
+})
