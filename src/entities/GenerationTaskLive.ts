@@ -5,7 +5,7 @@ import type { TaskId } from "../schema/ids.js"
 import { trusted } from "../schema/task.js"
 import { TaskStore, type TaskState } from "../persistence/TaskStore.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
-import { type Outcome, requestCancel, transition } from "./transition.js"
+import { changeIsAllowed, type Outcome, requestCancel, transition } from "./transition.js"
 
 /** How many times one message re-evaluates after losing the version CAS before giving up. */
 const MAX_CAS_ROUNDS = 5
@@ -44,6 +44,9 @@ export const GenerationTaskLive = GenerationTask.toLayer(
           ? outcome.escalation
           : null
         if (change === null) return result(outcome, state)
+        if (!changeIsAllowed(state.task, change)) {
+          return yield* Effect.dieMessage(`transition ${state.task.status} -> ${change.task.status} is not allowed`)
+        }
         const committed = yield* store.commit(state.task, change)
         if (committed._tag === "Committed") {
           yield* Ref.set(cache, Option.some({ task: committed.task, attempt: committed.attempt }))

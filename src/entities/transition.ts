@@ -289,6 +289,6 @@ export const requestCancel = (
   })
 }
 
-/** Every Changed outcome stays inside DESIGN §6's table; exported for the property tests and the store's guard. */
+/** Every change stays inside DESIGN §6's table with version + 1: checked by the property tests and by the entity before it commits. */
 export const changeIsAllowed = (from: TaskSnapshot, change: Change): boolean =>
   isAllowed(from.status, change.task.status) && change.task.version === from.version + 1
