@@ -1,4 +1,4 @@
-import { HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
+import { FetchHttpClient, HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
 import { createServer } from "node:http"
@@ -7,8 +7,12 @@ import { TaskClient } from "../entities/TaskClient.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { AuthenticationLive, TokenSigner } from "../http/Auth.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
+import { WebhooksLive } from "../http/Webhooks.js"
+import { CallbackInbox } from "../intake/CallbackInbox.js"
+import { InboxProcessorLive } from "../intake/InboxProcessor.js"
 import * as Database from "../persistence/Database.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
+import { ProviderRegistry } from "../providers/ProviderRegistry.js"
 import { TaskStore } from "../persistence/TaskStore.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { layerCluster } from "./Cluster.js"
@@ -17,7 +21,7 @@ import { RunnerConfig } from "./RunnerConfig.js"
 /** Everything that needs only the database: migrations run before anything reads a table. */
 export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => {
   const migrated = Database.MigrationsLive.pipe(Layer.provideMerge(database))
-  return Layer.mergeAll(TaskStore.Default, TaskAdmission.Default).pipe(
+  return Layer.mergeAll(TaskStore.Default, TaskAdmission.Default, CallbackInbox.Default).pipe(
     Layer.provideMerge(WriteFence.Default),
     Layer.provideMerge(migrated)
   )
@@ -25,11 +29,20 @@ export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => 
 
 /** A cluster runner hosting GenerationTask entities, plus the clients that talk to them. */
 export const layerRunner = (c: RunnerConfig) =>
-  Layer.mergeAll(GenerationTaskLive, TaskClient.Default).pipe(Layer.provideMerge(layerCluster(c)))
+  InboxProcessorLive.pipe(
+    Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
+    Layer.provideMerge(layerCluster(c))
+  )
 
-/** The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) on whatever HttpServer is provided. */
+/**
+ * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and the provider webhook gateway, on whatever
+ * HttpServer is provided.
+ */
 export const layerHttpApp = HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
+  Layer.provide(WebhooksLive),
+  Layer.provide(ProviderRegistry.Default),
+  Layer.provide(FetchHttpClient.layer),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(TasksHttpLive),

@@ -1,0 +1,87 @@
+import { HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Chunk, Config, Data, Duration, Effect, Either, Option, Stream } from "effect"
+import { CallbackInbox } from "../intake/CallbackInbox.js"
+import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
+import { ProviderRegistry } from "../providers/ProviderRegistry.js"
+
+class BodyTooLarge extends Data.TaggedError("BodyTooLarge") {}
+class BodyTimeout extends Data.TaggedError("BodyTimeout") {}
+
+const status = (code: number, error?: string) =>
+  error === undefined
+    ? HttpServerResponse.empty({ status: code })
+    : HttpServerResponse.unsafeJson({ error }, { status: code })
+
+/** Reads the raw body, refusing more than `maxBytes` while it streams in and giving up after `timeout`. */
+const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number, timeout: Duration.Duration) =>
+  request.stream.pipe(
+    Stream.mapError(() => new BodyTimeout()),
+    Stream.runFoldEffect(Chunk.empty<Uint8Array>() as Chunk.Chunk<Uint8Array>, (acc, chunk) => {
+      const size = Chunk.reduce(acc, chunk.length, (n, c) => n + c.length)
+      return size > maxBytes ? Effect.fail(new BodyTooLarge()) : Effect.succeed(Chunk.append(acc, chunk))
+    }),
+    Effect.map((chunks) => new Uint8Array(Buffer.concat(Chunk.toArray(chunks)))),
+    Effect.timeoutFail({ duration: timeout, onTimeout: () => new BodyTimeout() })
+  )
+
+/**
+ * POST /webhooks/{provider}: verify the raw bytes, persist to the inbox, answer. Fast and dumb: no provider
+ * work and no task work happens here. 204 only after the row (or its earlier duplicate) is committed;
+ * 401 with no detail for any signature problem; 400 for a body that is not the provider's format;
+ * 404 for an unknown provider; 413 above the size limit; 415 for a non-JSON body; 503 when PostgreSQL is down.
+ */
+export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
+  Effect.gen(function*() {
+    const registry = yield* ProviderRegistry
+    const inbox = yield* CallbackInbox
+    const maxBytes = yield* Config.integer("WEBHOOK_MAX_BYTES").pipe(Config.withDefault(256 * 1024))
+    const readTimeout = yield* Config.duration("WEBHOOK_READ_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10)))
+
+    const handler = Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const { provider } = yield* HttpRouter.params
+      const endpoint = registry.webhookEndpoint(provider ?? "")
+      if (Option.isNone(endpoint)) return status(404, "unknown provider")
+      const contentType = request.headers["content-type"] ?? ""
+      if (!/^application\/json\s*(;|$)/i.test(contentType)) return status(415, "expected application/json")
+      const declared = Number(request.headers["content-length"] ?? "0")
+      if (declared > maxBytes) return status(413, "body too large")
+
+      const body = yield* readBody(request, maxBytes, readTimeout).pipe(Effect.either)
+      if (Either.isLeft(body)) {
+        return body.left._tag === "BodyTooLarge" ? status(413, "body too large") : status(408, "body timeout")
+      }
+      const url = new URL(request.url, "http://gateway")
+      const verified = yield* endpoint.value.verify({ headers: request.headers, query: url.searchParams, body: body.right })
+      if (Either.isLeft(verified)) {
+        yield* Effect.logWarning("webhook refused").pipe(Effect.annotateLogs({ provider, reason: verified.left }))
+        return status(401)
+      }
+
+      const json = Either.try(() => JSON.parse(Buffer.from(body.right).toString("utf8")) as unknown)
+      const report = Either.flatMap(
+        Either.mapLeft(json, () => "not JSON"),
+        endpoint.value.protocol.parse
+      )
+      if (Either.isLeft(report)) return status(400, `malformed ${provider} webhook: ${report.left}`)
+
+      const payloadHash = sha256hex(body.right)
+      const stored = yield* inbox.store({
+        provider: provider!,
+        dedupKey: dedupKeyOf(verified.right.eventId, report.right, payloadHash),
+        providerEventId: verified.right.eventId,
+        providerTaskId: report.right.providerTaskId,
+        clientRequestId: report.right.clientRequestId,
+        attemptId: endpoint.value.protocol.scheme === "callback-token" ? url.searchParams.get("attempt") : null,
+        providerOccurredAt: verified.right.timestamp ?? report.right.providerUpdatedAt,
+        signatureKeyVersion: verified.right.keyVersion,
+        payloadHash,
+        payload: Either.getOrThrow(json)
+      }).pipe(Effect.either)
+      if (Either.isLeft(stored)) return status(503, "unavailable")
+      return status(204)
+    }).pipe(Effect.withSpan("Webhooks.receive"))
+
+    yield* router.post("/webhooks/:provider", handler)
+  })
+)

@@ -1,0 +1,152 @@
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { Config, Duration, Effect, Either, Layer, Queue, Schedule, Stream } from "effect"
+import { TaskClient } from "../entities/TaskClient.js"
+import { falWebhooks } from "../providers/fal.js"
+import { lumaWebhooks } from "../providers/luma.js"
+import { openaiWebhooks } from "../providers/openai.js"
+import type { ProviderReport, WebhookProtocol } from "../providers/ProviderAdapter.js"
+import { replicateWebhooks } from "../providers/replicate.js"
+import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
+import { ProviderObservation } from "../schema/observation.js"
+import { trusted } from "../schema/task.js"
+import { INBOX_CHANNEL } from "./CallbackInbox.js"
+
+/** How each provider's stored callback bodies read (the gateway verified and checked them on the way in). */
+export const webhookProtocols: ReadonlyMap<string, WebhookProtocol> = new Map([
+  ["openai", openaiWebhooks],
+  ["replicate", replicateWebhooks],
+  ["fal", falWebhooks],
+  ["luma", lumaWebhooks]
+])
+
+interface InboxRow {
+  readonly id: number
+  readonly provider: string
+  readonly dedup_key: string
+  readonly provider_event_id: string | null
+  readonly provider_task_id: string | null
+  readonly client_request_id: string | null
+  readonly attempt_id: string | null
+  readonly provider_occurred_at: Date | null
+  readonly received_at: Date
+  readonly payload_hash: Buffer
+  readonly payload: unknown
+  readonly retry_count: number
+}
+
+/** Exponential backoff with jitter for rows that must wait: 1 s, 2 s, 4 s ... capped. */
+const backoffSeconds = (retry: number, capSeconds: number) =>
+  Math.min(capSeconds, 2 ** Math.min(retry, 20)) * (0.8 + Math.random() * 0.4)
+
+/**
+ * Drains the callback inbox on every runner: claims due rows with FOR UPDATE SKIP LOCKED (a 30 s lease, so
+ * a runner that dies mid-batch only delays its rows), maps each to its attempt, sends the observation to the
+ * task's entity and marks it processed. A callback that beats the submit response (no attempt knows its
+ * provider task id yet) is an orphan: retried with backoff, flagged after ORPHAN_FLAG_AFTER tries, never
+ * dropped. A row that cannot be read is a poison row: dead letter, with the reason.
+ * LISTEN/NOTIFY wakes it at once; a sweep every INBOX_SWEEP_INTERVAL is the safety net.
+ */
+export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const pg = yield* PgClient.PgClient
+  const tasks = yield* TaskClient
+  const sweepInterval = yield* Config.duration("INBOX_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
+  const batchSize = yield* Config.integer("INBOX_BATCH_SIZE").pipe(Config.withDefault(64))
+  const flagAfter = yield* Config.integer("ORPHAN_FLAG_AFTER").pipe(Config.withDefault(8))
+
+  const claim = sql<InboxRow>`
+    UPDATE provider_callback_inbox i SET next_retry_at = now() + interval '30 seconds'
+    FROM (
+      SELECT id FROM provider_callback_inbox
+      WHERE process_status IN ('pending', 'retry', 'orphan') AND next_retry_at <= now()
+      ORDER BY next_retry_at, id
+      LIMIT ${batchSize}
+      FOR UPDATE SKIP LOCKED
+    ) due
+    WHERE i.id = due.id
+    RETURNING i.id, i.provider, i.dedup_key, i.provider_event_id, i.provider_task_id, i.client_request_id,
+      i.attempt_id, i.provider_occurred_at, i.received_at, i.payload_hash, i.payload, i.retry_count`
+
+  const markProcessed = (id: number) =>
+    sql`UPDATE provider_callback_inbox SET process_status = 'processed', processed_at = now(), next_retry_at = NULL,
+        last_error_code = NULL, last_error = NULL WHERE id = ${id}`
+  const markDead = (id: number, code: string, error: string) =>
+    sql`UPDATE provider_callback_inbox SET process_status = 'dead', next_retry_at = NULL, last_error_code = ${code},
+        last_error = ${error} WHERE id = ${id}`
+  const retryLater = (row: InboxRow, code: string, status: "retry" | "orphan", capSeconds: number) =>
+    sql`UPDATE provider_callback_inbox SET process_status = ${status}, retry_count = retry_count + 1,
+        next_retry_at = now() + make_interval(secs => ${backoffSeconds(row.retry_count, capSeconds)}),
+        last_error_code = ${code} WHERE id = ${row.id}`
+
+  const findAttempt = (row: InboxRow, report: ProviderReport) =>
+    sql<{ attempt_id: string; task_id: string }>`
+      SELECT id AS attempt_id, task_id FROM task_attempts
+      WHERE id = ${row.attempt_id}::uuid
+         OR (provider = ${row.provider} AND provider_task_id = ${report.providerTaskId})
+         OR (provider = ${row.provider} AND client_request_id = ${report.clientRequestId})
+      LIMIT 1`
+
+  const processRow = (row: InboxRow) =>
+    Effect.gen(function*() {
+      const protocol = webhookProtocols.get(row.provider)
+      if (protocol === undefined) return yield* markDead(row.id, "unknown_provider", row.provider)
+      const report = protocol.parse(row.payload)
+      if (Either.isLeft(report)) return yield* markDead(row.id, "unreadable", report.left)
+      const [attempt] = yield* findAttempt(row, report.right)
+      if (attempt === undefined) {
+        const flagged = row.retry_count + 1 >= flagAfter
+        if (flagged) yield* Effect.logWarning("orphan callback: no attempt knows it yet")
+        return yield* retryLater(row, "orphan", flagged ? "orphan" : "retry", 600)
+      }
+      const r = report.right
+      const observation = new ProviderObservation({
+        provider: row.provider as ProviderName,
+        providerEventId: row.provider_event_id,
+        dedupKey: row.dedup_key,
+        providerTaskId: r.providerTaskId,
+        clientRequestId: r.clientRequestId,
+        attemptId: attempt.attempt_id as AttemptId,
+        providerSequence: r.providerSequence,
+        providerOccurredAt: row.provider_occurred_at,
+        receivedAt: row.received_at,
+        status: r.status,
+        stage: r.stage,
+        progress: r.progress,
+        errorClass: r.errorClass,
+        errorCode: r.errorCode,
+        outputRefs: r.outputRefs,
+        source: "webhook",
+        payloadHash: row.payload_hash.toString("hex"),
+        traceId: `inbox-${row.id}`
+      }, trusted)
+      const sent = yield* tasks.send(attempt.task_id as TaskId, (c) => c.Observe(observation)).pipe(Effect.either)
+      if (Either.isRight(sent)) return yield* markProcessed(row.id)
+      if (sent.left._tag === "TaskNotFound") return yield* markDead(row.id, "task_not_found", attempt.task_id)
+      yield* Effect.logWarning("callback will be retried", sent.left)
+      return yield* retryLater(row, sent.left._tag, "retry", 60)
+    }).pipe(
+      Effect.annotateLogs({ inbox_id: row.id, provider: row.provider }),
+      Effect.catchAllCause((cause) => Effect.logError("inbox row failed; its lease will expire and retry", cause))
+    )
+
+  const drain = Effect.gen(function*() {
+    const rows = yield* claim
+    yield* Effect.forEach(rows, processRow, { concurrency: 16, discard: true })
+    return rows.length
+  })
+
+  const wake = yield* Queue.sliding<void>(1)
+  yield* pg.listen(INBOX_CHANNEL).pipe(
+    Stream.runForEach(() => Queue.offer(wake, undefined)),
+    Effect.tapErrorCause((cause) => Effect.logWarning("inbox LISTEN lost; the sweep carries on", cause)),
+    Effect.retry(Schedule.spaced(Duration.seconds(5))),
+    Effect.forkScoped
+  )
+  yield* Effect.gen(function*() {
+    const n = yield* drain.pipe(
+      Effect.catchAllCause((cause) => Effect.as(Effect.logError("inbox sweep failed", cause), 0))
+    )
+    if (n < batchSize) yield* Effect.ignore(Effect.timeout(Queue.take(wake), sweepInterval))
+  }).pipe(Effect.forever, Effect.forkScoped)
+}))

@@ -1,0 +1,53 @@
+import type { Either } from "effect"
+import { createHash } from "node:crypto"
+import type { ErrorClass, NormalizedStatus } from "../schema/observation.js"
+import type { Stage } from "../schema/task.js"
+
+/** How a provider authenticates its callbacks. */
+export type WebhookScheme = "standard-webhooks" | "fal-ed25519" | "callback-token"
+
+/**
+ * What one provider message (a webhook body or a query response) says, normalized: the part of
+ * ProviderObservation that comes from the provider. The inbox processor and the poller add the attempt,
+ * the source and the trace.
+ */
+export interface ProviderReport {
+  readonly providerTaskId: string | null
+  readonly clientRequestId: string | null
+  readonly eventType: string
+  readonly providerUpdatedAt: Date | null
+  readonly providerSequence: number | null
+  readonly status: NormalizedStatus
+  readonly stage: Stage | null
+  readonly progress: number | null
+  readonly errorClass: ErrorClass | null
+  readonly errorCode: string | null
+  readonly outputRefs: ReadonlyArray<string>
+}
+
+/** The webhook side of a provider: how it signs and how its bodies read. */
+export interface WebhookProtocol {
+  readonly scheme: WebhookScheme
+  /** Decodes a verified JSON body; Left(reason) for a body that does not match the provider's format. */
+  readonly parse: (body: unknown) => Either.Either<ProviderReport, string>
+}
+
+export const sha256hex = (data: Uint8Array | string): string => createHash("sha256").update(data).digest("hex")
+
+/**
+ * The inbox's idempotency key: the provider's event id when it has one, else the seed's fallback
+ * (provider task id + event type + provider time + payload hash). Even when the fallback misses a duplicate,
+ * the transition function makes the second copy a no-op.
+ */
+export const dedupKeyOf = (eventId: string | null, report: ProviderReport, payloadHash: string): string =>
+  eventId !== null
+    ? `id:${eventId}`
+    : `fb:${report.providerTaskId ?? report.clientRequestId ?? "-"}:${report.eventType}:${
+      report.providerUpdatedAt?.toISOString() ?? "-"
+    }:${payloadHash}`
+
+/** Clamps a provider's progress (0–1 fractions or 0–100 percentages) to an integer percentage. */
+export const percent = (value: number | null | undefined, scale: 1 | 100 = 100): number | null =>
+  value === null || value === undefined || !Number.isFinite(value)
+    ? null
+    : Math.max(0, Math.min(100, Math.round(scale === 1 ? value * 100 : value)))

@@ -1,0 +1,137 @@
+import { HttpClient, HttpClientResponse } from "@effect/platform"
+import { Clock, Config, Duration, Effect, Either, Option, Redacted, Ref, Schema } from "effect"
+import { falWebhooks } from "./fal.js"
+import { lumaWebhooks } from "./luma.js"
+import { openaiWebhooks } from "./openai.js"
+import type { WebhookProtocol } from "./ProviderAdapter.js"
+import { replicateWebhooks } from "./replicate.js"
+import {
+  type Ed25519Jwk,
+  type SignatureRejection,
+  type Verified,
+  verifyCallbackToken,
+  verifyFalWebhook,
+  verifyStandardWebhook,
+  type VersionedSecret
+} from "./signatures.js"
+
+/** What the webhook gateway sees of a request: enough to verify it, nothing parsed yet. */
+export interface WebhookRequest {
+  readonly headers: Readonly<Record<string, string | undefined>>
+  readonly query: URLSearchParams
+  readonly body: Uint8Array
+}
+
+export interface WebhookEndpoint {
+  readonly protocol: WebhookProtocol
+  readonly verify: (request: WebhookRequest) => Effect.Effect<Either.Either<Verified, SignatureRejection>>
+}
+
+const secretPair = (name: string) =>
+  Config.all({
+    current: Config.option(Config.redacted(name)),
+    previous: Config.option(Config.redacted(`${name}_PREVIOUS`))
+  }).pipe(Config.map(({ current, previous }): ReadonlyArray<VersionedSecret> => [
+    ...Option.toArray(Option.map(current, (s) => ({ version: "current", secret: Redacted.value(s) }))),
+    ...Option.toArray(Option.map(previous, (s) => ({ version: "previous", secret: Redacted.value(s) })))
+  ]))
+
+const Jwks = Schema.Struct({
+  keys: Schema.Array(Schema.Struct({
+    kid: Schema.optional(Schema.String),
+    kty: Schema.Literal("OKP"),
+    crv: Schema.Literal("Ed25519"),
+    x: Schema.String
+  }))
+})
+
+/**
+ * fal.ai's signing keys: fetched from its JWKS, cached (24 h), fetched again when no cached key verifies a
+ * signature (at most once a minute), so a key rotation is picked up without a restart.
+ */
+const makeFalKeys = (url: string) =>
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const cache = yield* Ref.make<{ keys: ReadonlyArray<Ed25519Jwk>; fetchedAt: number } | null>(null)
+    const fetch = client.get(url).pipe(
+      Effect.flatMap(HttpClientResponse.schemaBodyJson(Jwks)),
+      Effect.timeout("5 seconds"),
+      Effect.tap((jwks) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.set(cache, { keys: jwks.keys, fetchedAt: now }))
+      ),
+      Effect.map((jwks) => jwks.keys),
+      Effect.tapError((e) => Effect.logWarning("fal JWKS fetch failed", e)),
+      Effect.orElseSucceed((): ReadonlyArray<Ed25519Jwk> => [])
+    )
+    const keys = (refresh: boolean) =>
+      Effect.gen(function*() {
+        const cached = yield* Ref.get(cache)
+        const now = yield* Clock.currentTimeMillis
+        if (cached === null) return yield* fetch
+        const age = now - cached.fetchedAt
+        if (age > Duration.toMillis("24 hours") || (refresh && age > Duration.toMillis("1 minute"))) {
+          const fresh = yield* fetch
+          return fresh.length > 0 ? fresh : cached.keys
+        }
+        return cached.keys
+      })
+    return keys
+  })
+
+/**
+ * The providers this runner accepts callbacks from. A provider whose secret is not configured has no webhook
+ * endpoint (404), like a provider that only supports polling (Runway, Veo).
+ */
+export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("ProviderRegistry", {
+  effect: Effect.gen(function*() {
+    const tolerance = yield* Config.integer("WEBHOOK_TOLERANCE_SECONDS").pipe(Config.withDefault(300))
+    const openai = yield* secretPair("OPENAI_WEBHOOK_SECRET")
+    const replicate = yield* secretPair("REPLICATE_WEBHOOK_SECRET")
+    const callbackTokens = yield* secretPair("CALLBACK_TOKEN_SECRET")
+    const falJwksUrl = yield* Config.option(Config.string("FAL_JWKS_URL"))
+    const falKeys = Option.isSome(falJwksUrl) ? Option.some(yield* makeFalKeys(falJwksUrl.value)) : Option.none()
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+    const standard = (protocol: WebhookProtocol, secrets: ReadonlyArray<VersionedSecret>): WebhookEndpoint => ({
+      protocol,
+      verify: (r) =>
+        Effect.map(now, (now) =>
+          verifyStandardWebhook({ secrets, headers: r.headers, body: r.body, now, toleranceSeconds: tolerance }))
+    })
+
+    const endpoints = new Map<string, WebhookEndpoint>()
+    if (openai.length > 0) endpoints.set("openai", standard(openaiWebhooks, openai))
+    if (replicate.length > 0) endpoints.set("replicate", standard(replicateWebhooks, replicate))
+    if (callbackTokens.length > 0) {
+      endpoints.set("luma", {
+        protocol: lumaWebhooks,
+        verify: (r) =>
+          Effect.succeed(verifyCallbackToken({
+            secrets: callbackTokens,
+            attemptId: r.query.get("attempt"),
+            token: r.query.get("token")
+          }))
+      })
+    }
+    if (Option.isSome(falKeys)) {
+      const keys = falKeys.value
+      endpoints.set("fal", {
+        protocol: falWebhooks,
+        verify: (r) =>
+          Effect.gen(function*() {
+            const at = yield* now
+            const check = (k: ReadonlyArray<Ed25519Jwk>) =>
+              verifyFalWebhook({ keys: k, headers: r.headers, body: r.body, now: at, toleranceSeconds: tolerance })
+            const first = check(yield* keys(false))
+            if (Either.isRight(first) || first.left !== "bad_signature") return first
+            return check(yield* keys(true))
+          })
+      })
+    }
+
+    return {
+      webhookEndpoint: (provider: string): Option.Option<WebhookEndpoint> => Option.fromNullable(endpoints.get(provider)),
+      callbackTokenSecret: Option.fromNullable(callbackTokens[0]?.secret)
+    } as const
+  })
+}) {}

@@ -1,0 +1,125 @@
+import { Either } from "effect"
+import { createHash, createHmac, createPublicKey, type JsonWebKey, timingSafeEqual, verify } from "node:crypto"
+import { Webhook } from "standardwebhooks"
+
+/** Why a webhook was refused; the HTTP answer never says which (401 with no detail). */
+export type SignatureRejection = "missing_headers" | "stale_timestamp" | "bad_signature"
+
+export interface Verified {
+  /** Which configured key matched ("current", "previous", a JWKS kid ...): recorded with the inbox row. */
+  readonly keyVersion: string
+  readonly eventId: string | null
+  readonly timestamp: Date | null
+}
+
+export interface VersionedSecret {
+  readonly version: string
+  readonly secret: string
+}
+
+const constantTimeEqual = (a: string, b: string): boolean => {
+  const x = Buffer.from(a)
+  const y = Buffer.from(b)
+  return x.length === y.length && timingSafeEqual(x, y)
+}
+
+const header = (headers: Readonly<Record<string, string | undefined>>, name: string): string | undefined =>
+  headers[name.toLowerCase()]
+
+const withinWindow = (timestampSeconds: number, now: Date, toleranceSeconds: number): boolean =>
+  Number.isFinite(timestampSeconds) && Math.abs(now.getTime() / 1000 - timestampSeconds) <= toleranceSeconds
+
+/**
+ * Standard Webhooks (OpenAI, Replicate): HMAC-SHA256 over `${id}.${timestamp}.${body}` with a whsec_ secret,
+ * "v1,<base64>" entries space-separated. The signature is computed by the `standardwebhooks` library on the
+ * raw bytes; comparison is constant-time; the window is ours (configurable) rather than the library's fixed one.
+ */
+export const verifyStandardWebhook = (options: {
+  readonly secrets: ReadonlyArray<VersionedSecret>
+  readonly headers: Readonly<Record<string, string | undefined>>
+  readonly body: Uint8Array
+  readonly now: Date
+  readonly toleranceSeconds: number
+}): Either.Either<Verified, SignatureRejection> => {
+  const id = header(options.headers, "webhook-id")
+  const ts = header(options.headers, "webhook-timestamp")
+  const signatures = header(options.headers, "webhook-signature")
+  if (!id || !ts || !signatures || !/^\d{1,12}$/.test(ts)) return Either.left("missing_headers")
+  const seconds = Number(ts)
+  if (!withinWindow(seconds, options.now, options.toleranceSeconds)) return Either.left("stale_timestamp")
+  const offered = signatures.split(" ").filter((s) => s.startsWith("v1,"))
+  const payload = Buffer.from(options.body)
+  for (const { secret, version } of options.secrets) {
+    const expected = new Webhook(secret).sign(id, new Date(seconds * 1000), payload)
+    if (offered.some((s) => constantTimeEqual(s, expected))) {
+      return Either.right({ keyVersion: version, eventId: id, timestamp: new Date(seconds * 1000) })
+    }
+  }
+  return Either.left("bad_signature")
+}
+
+/** A JWKS public key of fal.ai (Ed25519, OKP). */
+export interface Ed25519Jwk {
+  readonly kid?: string | undefined
+  readonly kty: "OKP"
+  readonly crv: "Ed25519"
+  readonly x: string
+}
+
+/**
+ * fal.ai: Ed25519 over `request_id \n user_id \n timestamp \n sha256hex(body)`, hex signature in
+ * X-Fal-Webhook-Signature, keys from fal's JWKS. Any key of the set may have signed it.
+ */
+export const verifyFalWebhook = (options: {
+  readonly keys: ReadonlyArray<Ed25519Jwk>
+  readonly headers: Readonly<Record<string, string | undefined>>
+  readonly body: Uint8Array
+  readonly now: Date
+  readonly toleranceSeconds: number
+}): Either.Either<Verified, SignatureRejection> => {
+  const requestId = header(options.headers, "x-fal-webhook-request-id")
+  const userId = header(options.headers, "x-fal-webhook-user-id")
+  const ts = header(options.headers, "x-fal-webhook-timestamp")
+  const signature = header(options.headers, "x-fal-webhook-signature")
+  if (!requestId || !userId || !ts || !signature || !/^\d{1,12}$/.test(ts) || !/^[0-9a-f]+$/i.test(signature)) {
+    return Either.left("missing_headers")
+  }
+  if (!withinWindow(Number(ts), options.now, options.toleranceSeconds)) return Either.left("stale_timestamp")
+  const message = Buffer.from(falSigningString(requestId, userId, ts, options.body))
+  const sig = Buffer.from(signature, "hex")
+  for (const [i, jwk] of options.keys.entries()) {
+    try {
+      const key = createPublicKey({ key: jwk as JsonWebKey, format: "jwk" })
+      if (verify(null, message, key, sig)) {
+        return Either.right({ keyVersion: jwk.kid ?? `jwks#${i}`, eventId: null, timestamp: new Date(Number(ts) * 1000) })
+      }
+    } catch {
+      // a malformed key in the set verifies nothing
+    }
+  }
+  return Either.left("bad_signature")
+}
+
+export const falSigningString = (requestId: string, userId: string, timestamp: string, body: Uint8Array): string =>
+  [requestId, userId, timestamp, createHash("sha256").update(body).digest("hex")].join("\n")
+
+/**
+ * Unsigned callbacks (Luma, Kling): the callback URL we hand the provider carries a per-attempt token,
+ * HMAC(secret, attempt id). Nothing is stored; the comparison is constant-time.
+ */
+export const callbackToken = (secret: string, attemptId: string): string =>
+  createHmac("sha256", secret).update(`callback:${attemptId}`).digest("base64url")
+
+export const verifyCallbackToken = (options: {
+  readonly secrets: ReadonlyArray<VersionedSecret>
+  readonly attemptId: string | null
+  readonly token: string | null
+}): Either.Either<Verified, SignatureRejection> => {
+  if (!options.attemptId || !options.token) return Either.left("missing_headers")
+  for (const { secret, version } of options.secrets) {
+    if (constantTimeEqual(callbackToken(secret, options.attemptId), options.token)) {
+      return Either.right({ keyVersion: version, eventId: null, timestamp: null })
+    }
+  }
+  return Either.left("bad_signature")
+}
