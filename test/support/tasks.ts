@@ -7,7 +7,9 @@ import type { Stage } from "../../src/schema/task.js"
 export const uuid = () => crypto.randomUUID()
 
 /** Admits a task through the real admission transaction; returns its id and first attempt id. */
-export const admitTask = (options: { readonly projectId?: string; readonly tenantId?: string } = {}) =>
+export const admitTask = (
+  options: { readonly projectId?: string; readonly tenantId?: string; readonly provider?: string } = {}
+) =>
   Effect.gen(function*() {
     const admission = yield* TaskAdmission
     const { task } = yield* admission.admit({
@@ -17,7 +19,7 @@ export const admitTask = (options: { readonly projectId?: string; readonly tenan
       idempotencyKey: uuid(),
       requestHash: "h",
       request: {},
-      provider: "simulator" as ProviderName,
+      provider: (options.provider ?? "simulator") as ProviderName,
       model: "sim-1",
       reserveAmount: 5,
       traceId: "trace"

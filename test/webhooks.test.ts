@@ -1,0 +1,255 @@
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, layer } from "@effect/vitest"
+import { Duration, Effect, Layer, Redacted, Schedule } from "effect"
+import { generateKeyPairSync, sign } from "node:crypto"
+import * as http from "node:http"
+import { Webhook } from "standardwebhooks"
+import { layerPostgres } from "../src/persistence/Database.js"
+import { callbackToken, falSigningString } from "../src/providers/signatures.js"
+import { layerHttpApp } from "../src/runners/Runner.js"
+import { databaseUrl, makeTestDatabaseUrl, noDatabase } from "./support/database.js"
+import { layerTestRunner, quietLogs } from "./support/runner.js"
+import { admitTask, uuid } from "./support/tasks.js"
+import { startTcpProxy } from "./support/tcpProxy.js"
+
+const OPENAI_SECRET = "whsec_" + Buffer.from("openai-test-secret-32-bytes-long!").toString("base64")
+const OPENAI_PREVIOUS = "whsec_" + Buffer.from("openai-old-secret-32-bytes-long!!").toString("base64")
+const TOKEN_SECRET = "callback-token-secret"
+const fal = generateKeyPairSync("ed25519")
+
+// fal's JWKS, served like fal serves it
+const jwksServer = http.createServer((_, res) => {
+  res.setHeader("content-type", "application/json")
+  res.end(JSON.stringify({ keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "fal-test" }] }))
+})
+await new Promise<void>((resolve) => jwksServer.listen(0, "127.0.0.1", resolve))
+Object.assign(process.env, {
+  OPENAI_WEBHOOK_SECRET: OPENAI_SECRET,
+  OPENAI_WEBHOOK_SECRET_PREVIOUS: OPENAI_PREVIOUS,
+  CALLBACK_TOKEN_SECRET: TOKEN_SECRET,
+  FAL_JWKS_URL: `http://127.0.0.1:${(jwksServer.address() as { port: number }).port}/jwks.json`,
+  WEBHOOK_MAX_BYTES: "4096",
+  INBOX_SWEEP_INTERVAL: "200 millis"
+})
+
+// the runner reaches PostgreSQL through a proxy the test can cut
+const proxy = noDatabase ? null : await startTcpProxy(Number(new URL(databaseUrl!).port || 5432))
+const database = Layer.unwrapScoped(Effect.map(makeTestDatabaseUrl, ({ url }) => {
+  const proxied = new URL(url)
+  proxied.hostname = "127.0.0.1"
+  proxied.port = String(proxy!.port)
+  return layerPostgres({ url: Redacted.make(proxied.toString()), maxConnections: 10, applicationName: "webhooks" })
+}))
+
+const TestLayer = layerHttpApp.pipe(
+  Layer.provideMerge(NodeHttpServer.layerTest),
+  Layer.provideMerge(layerTestRunner(database)),
+  Layer.provide(quietLogs)
+)
+
+const nowSeconds = () => Math.floor(Date.now() / 1000)
+
+const openaiEvent = (videoId: string, type = "video.completed") =>
+  JSON.stringify({ id: `evt_${uuid()}`, object: "event", created_at: nowSeconds(), type, data: { id: videoId } })
+
+const signOpenAI = (body: string, options: { id?: string; ts?: number; secret?: string } = {}) => {
+  const id = options.id ?? `msg_${uuid()}`
+  const ts = options.ts ?? nowSeconds()
+  return {
+    "webhook-id": id,
+    "webhook-timestamp": String(ts),
+    "webhook-signature": new Webhook(options.secret ?? OPENAI_SECRET).sign(id, new Date(ts * 1000), body)
+  }
+}
+
+const post = (path: string, body: string, headers: Record<string, string>, contentType = "application/json") =>
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const res = yield* client.execute(
+      HttpClientRequest.post(path).pipe(
+        HttpClientRequest.setHeaders(headers),
+        HttpClientRequest.bodyText(body, contentType)
+      )
+    )
+    return { status: res.status, text: yield* res.text }
+  }).pipe(Effect.orDie)
+
+const inboxRows = (provider: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ n: number }>`SELECT count(*)::int AS n FROM provider_callback_inbox WHERE provider = ${provider}`).pipe(
+      Effect.map((r) => r[0]!.n)
+    )
+
+/** A task with provider `provider` whose first attempt was accepted under `providerTaskId`. */
+const submittedTask = (provider: string, providerTaskId: string) =>
+  Effect.gen(function*() {
+    const t = yield* admitTask({ provider })
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`UPDATE task_attempts SET provider_task_id = ${providerTaskId}, submit_state = 'SUBMITTED'
+               WHERE id = ${t.attemptId}`
+    return t
+  })
+
+const eventually = <A>(effect: Effect.Effect<A, unknown, SqlClient.SqlClient>, predicate: (a: A) => boolean) =>
+  effect.pipe(
+    Effect.filterOrFail(predicate, () => "not yet"),
+    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(15)))),
+    Effect.orDie
+  )
+
+const taskRow = (taskId: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ status: string; version: number }>`SELECT status, version FROM generation_tasks WHERE id = ${taskId}`).pipe(
+      Effect.map((r) => r[0]!)
+    )
+
+describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
+  layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
+    it.effect("a valid webhook is 204 after it is stored, and the task changes through the inbox", () =>
+      Effect.gen(function*() {
+        const videoId = `video_${uuid()}`
+        const { taskId } = yield* submittedTask("openai", videoId)
+        const body = openaiEvent(videoId)
+        const res = yield* post("/webhooks/openai", body, signOpenAI(body))
+        expect(res.status).toBe(204)
+        const row = yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
+        expect(row.version).toBe(2)
+        const sql = yield* SqlClient.SqlClient
+        const [inbox] = yield* sql<{ process_status: string; signature_key_version: string }>`
+          SELECT process_status, signature_key_version FROM provider_callback_inbox WHERE provider_task_id = ${videoId}`
+        expect(inbox).toEqual({ process_status: "processed", signature_key_version: "current" })
+      }))
+
+    it.effect("a storm of 100 identical webhooks stores one row and changes the task once", () =>
+      Effect.gen(function*() {
+        const videoId = `video_${uuid()}`
+        const { taskId } = yield* submittedTask("openai", videoId)
+        const body = openaiEvent(videoId)
+        const headers = signOpenAI(body)
+        const before = yield* inboxRows("openai")
+        const results = yield* Effect.forEach(Array.from({ length: 100 }), () =>
+          post("/webhooks/openai", body, headers), { concurrency: 32 })
+        expect(new Set(results.map((r) => r.status))).toEqual(new Set([204]))
+        expect((yield* inboxRows("openai")) - before).toBe(1)
+        yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
+        const sql = yield* SqlClient.SqlClient
+        const events = yield* sql`SELECT 1 FROM task_events WHERE task_id = ${taskId}`
+        expect(events).toHaveLength(2) // created + provider_succeeded
+      }))
+
+    it.effect("the previous key is accepted during rotation and recorded", () =>
+      Effect.gen(function*() {
+        const videoId = `video_${uuid()}`
+        const body = openaiEvent(videoId)
+        expect((yield* post("/webhooks/openai", body, signOpenAI(body, { secret: OPENAI_PREVIOUS }))).status).toBe(204)
+        const sql = yield* SqlClient.SqlClient
+        const [row] = yield* sql<{ signature_key_version: string }>`
+          SELECT signature_key_version FROM provider_callback_inbox WHERE provider_task_id = ${videoId}`
+        expect(row?.signature_key_version).toBe("previous")
+      }))
+
+    it.effect("forged, stale, replayed-late, oversized, malformed and mistyped requests store nothing", () =>
+      Effect.gen(function*() {
+        const before = yield* inboxRows("openai")
+        const body = openaiEvent(`video_${uuid()}`)
+        const forged = yield* post("/webhooks/openai", body, signOpenAI(body, { secret: "whsec_" + "A".repeat(44) }))
+        expect(forged).toEqual({ status: 401, text: "" })
+        const stale = yield* post("/webhooks/openai", body, signOpenAI(body, { ts: nowSeconds() - 600 }))
+        expect(stale.status).toBe(401)
+        // a captured valid request replayed after the window
+        const captured = signOpenAI(body, { ts: nowSeconds() - 301 })
+        expect((yield* post("/webhooks/openai", body, captured)).status).toBe(401)
+        // tampered body under a valid signature
+        expect((yield* post("/webhooks/openai", body.replace("video_", "video_x"), signOpenAI(body))).status).toBe(401)
+        const big = JSON.stringify({ pad: "x".repeat(5000) })
+        expect((yield* post("/webhooks/openai", big, signOpenAI(big))).status).toBe(413)
+        const notJson = "{not json"
+        expect((yield* post("/webhooks/openai", notJson, signOpenAI(notJson))).status).toBe(400)
+        const wrongShape = JSON.stringify({ id: "evt_1", type: "video.exploded", data: {} })
+        const shape = yield* post("/webhooks/openai", wrongShape, signOpenAI(wrongShape))
+        expect(shape.status).toBe(400)
+        expect(shape.text).toContain("malformed")
+        expect((yield* post("/webhooks/openai", body, signOpenAI(body), "text/plain")).status).toBe(415)
+        expect((yield* post("/webhooks/nope", body, signOpenAI(body))).status).toBe(404)
+        expect((yield* post("/webhooks/runway", body, signOpenAI(body))).status).toBe(404) // polling only
+        expect(yield* inboxRows("openai")).toBe(before)
+      }))
+
+    it.effect("fal.ai: Ed25519 over the JWKS; Luma: the attempt's URL token", () =>
+      Effect.gen(function*() {
+        const requestId = `req-${uuid()}`
+        const { taskId } = yield* submittedTask("fal", requestId)
+        const body = JSON.stringify({ request_id: requestId, status: "OK", payload: { video: { url: "https://x/v.mp4" } } })
+        const ts = String(nowSeconds())
+        const sig = sign(null, Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(body))),
+          fal.privateKey).toString("hex")
+        const falHeaders = {
+          "x-fal-webhook-request-id": requestId,
+          "x-fal-webhook-user-id": "user-1",
+          "x-fal-webhook-timestamp": ts,
+          "x-fal-webhook-signature": sig
+        }
+        expect((yield* post("/webhooks/fal", body, falHeaders)).status).toBe(204)
+        expect((yield* post("/webhooks/fal", body, { ...falHeaders, "x-fal-webhook-user-id": "user-2" })).status)
+          .toBe(401)
+        yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
+
+        const luma = yield* submittedTask("luma", `gen-${uuid()}`)
+        const generation = JSON.stringify({ id: `gen-other`, state: "dreaming" })
+        const url = (token: string) => `/webhooks/luma?attempt=${luma.attemptId}&token=${token}`
+        expect((yield* post(url("forged"), generation, {})).status).toBe(401)
+        expect((yield* post(url(callbackToken(TOKEN_SECRET, luma.attemptId)), generation, {})).status).toBe(204)
+        // the token names the attempt, so even a provider id we have not seen yet reaches its task
+        yield* eventually(taskRow(luma.taskId), (t) => t.status === "running")
+      }))
+
+    it.effect("a callback that beats the submit response waits as an orphan, then applies", () =>
+      Effect.gen(function*() {
+        const videoId = `video_${uuid()}`
+        const { attemptId, taskId } = yield* admitTask({ provider: "openai" })
+        const body = openaiEvent(videoId)
+        expect((yield* post("/webhooks/openai", body, signOpenAI(body))).status).toBe(204)
+        const sql = yield* SqlClient.SqlClient
+        const statusOf = sql<{ process_status: string }>`
+          SELECT process_status FROM provider_callback_inbox WHERE provider_task_id = ${videoId}`
+        yield* eventually(statusOf, (r) => r[0]?.process_status === "retry")
+        // the submit response lands: the attempt learns its provider id
+        yield* sql`UPDATE task_attempts SET provider_task_id = ${videoId}, submit_state = 'SUBMITTED'
+                   WHERE id = ${attemptId}`
+        yield* sql`UPDATE provider_callback_inbox SET next_retry_at = now() WHERE provider_task_id = ${videoId}`
+        yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
+      }))
+
+    it.effect("an unreadable stored row goes to the dead letter with its reason", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const key = `poison-${uuid()}`
+        yield* sql`INSERT INTO provider_callback_inbox (provider, dedup_key, payload_hash, payload)
+                   VALUES ('openai', ${key}, '\\x00', '{"type":"nonsense"}')`
+        const rows = yield* eventually(
+          sql<{ process_status: string; last_error_code: string }>`
+            SELECT process_status, last_error_code FROM provider_callback_inbox WHERE dedup_key = ${key}`,
+          (r) => r[0]?.process_status === "dead"
+        )
+        expect(rows[0]!.last_error_code).toBe("unreadable")
+      }))
+
+    it.effect("PostgreSQL unreachable: 503 so the provider retries; back again: the retry is stored", () =>
+      Effect.gen(function*() {
+        const body = openaiEvent(`video_${uuid()}`)
+        const headers = signOpenAI(body)
+        proxy!.pause()
+        const down = yield* post("/webhooks/openai", body, headers)
+        proxy!.resume()
+        expect(down.status).toBe(503)
+        const retried = yield* post("/webhooks/openai", body, headers).pipe(
+          Effect.filterOrFail((r) => r.status === 204, () => "not yet"),
+          Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(Duration.seconds(20)))),
+          Effect.orDie
+        )
+        expect(retried.status).toBe(204)
+      }))
+  })
+})
