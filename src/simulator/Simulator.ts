@@ -1,0 +1,261 @@
+import {
+  HttpClient,
+  HttpClientRequest,
+  HttpRouter,
+  HttpServer,
+  HttpServerRequest,
+  HttpServerResponse
+} from "@effect/platform"
+import { Clock, Duration, Effect, FiberMap, Ref, Schema } from "effect"
+import { generateKeyPairSync } from "node:crypto"
+import { renderFalResult, renderJob, renderWebhook, type Signers } from "./renderings.js"
+import { FaultConfig, type Job, type Phase, phaseOf, pickOutcome, type SimProvider } from "./SimulatorState.js"
+
+export interface SimulatorOptions {
+  readonly openaiSecret: string
+  readonly replicateSecret: string
+  /** Where OpenAI-style providers (webhook endpoint configured per account, not per request) deliver. */
+  readonly openaiWebhookUrl: string | null
+}
+
+const Submit = Schema.Struct({
+  model: Schema.optional(Schema.String),
+  version: Schema.optional(Schema.String),
+  prompt: Schema.optional(Schema.String),
+  promptText: Schema.optional(Schema.String),
+  input: Schema.optional(Schema.Unknown),
+  webhook: Schema.optional(Schema.String),
+  callback_url: Schema.optional(Schema.String)
+})
+
+const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
+
+/**
+ * A provider simulator speaking OpenAI Videos, Replicate, fal.ai queue, Runway, Luma and Veo (each under its own
+ * path prefix) with real signatures, jobs that progress over time to configurable outcomes, fault injection on
+ * webhooks and query APIs, and a count of submissions per idempotency key so tests can prove no duplicate
+ * generation. Control API under /_sim.
+ */
+export const makeSimulator = (options: SimulatorOptions) =>
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const faults = yield* Ref.make(FaultConfig.defaults)
+    const jobs = new Map<string, Job>()
+    const submissions = new Map<string, number>()
+    const stats = { webhooksSent: 0, webhooksDropped: 0, webhooksDuplicated: 0, queries: 0, throttled: 0 }
+    const fal = generateKeyPairSync("ed25519")
+    const signers: Signers = { openaiSecret: options.openaiSecret, replicateSecret: options.replicateSecret, falKey: fal.privateKey }
+    const timelines = yield* FiberMap.make<string>()
+    let seq = 0
+
+    const deliverOnce = (url: string, body: string, headers: Record<string, string>) =>
+      client.execute(HttpClientRequest.post(url).pipe(
+        HttpClientRequest.setHeaders(headers),
+        HttpClientRequest.bodyText(body, "application/json")
+      )).pipe(
+        Effect.map((res) => res.status >= 200 && res.status < 300),
+        Effect.timeout("10 seconds"),
+        Effect.orElseSucceed(() => false),
+        Effect.scoped
+      )
+
+    /** One delivery with the configured faults; a lost or refused delivery is retried, as providers do. */
+    const deliver = (
+      d: { readonly url: string; readonly body: string; readonly headers: Record<string, string> },
+      duplicate = true
+    ): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        const f = yield* Ref.get(faults)
+        for (let attempt = 1; attempt <= 10; attempt++) {
+          yield* Effect.sleep(Duration.millis(f.webhookDelayMs + Math.random() * f.reorderWindowMs))
+          if (Math.random() < f.dropWebhooks) {
+            stats.webhooksDropped++
+          } else {
+            if (duplicate && Math.random() < f.duplicateWebhooks) {
+              stats.webhooksDuplicated++
+              yield* Effect.forkDaemon(deliver(d, false))
+            }
+            stats.webhooksSent++
+            if (yield* deliverOnce(d.url, d.body, d.headers)) return
+          }
+          yield* Effect.sleep(Duration.millis(f.webhookRetryDelayMs))
+        }
+      })
+
+    const notify = (job: Job, phase: Phase) => {
+      const d = renderWebhook(job, phase, signers, ++seq)
+      return d === null ? Effect.void : Effect.forkDaemon(deliver(d))
+    }
+
+    /** Walks a job through its phases, sending each provider's webhooks at the changes. */
+    const timeline = (job: Job) =>
+      Effect.gen(function*() {
+        const f = yield* Ref.get(faults)
+        yield* notify(job, { _tag: "queued" })
+        yield* Effect.sleep(Duration.millis(job.queuedMs))
+        yield* notify(job, { _tag: "running", progress: 0 })
+        if (f.progressEveryMs > 0) {
+          while ((yield* Clock.currentTimeMillis) + f.progressEveryMs < job.createdAt + job.durationMs) {
+            yield* Effect.sleep(Duration.millis(f.progressEveryMs))
+            yield* notify(job, phaseOf(job, yield* Clock.currentTimeMillis))
+          }
+        }
+        const left = job.createdAt + job.durationMs - (yield* Clock.currentTimeMillis)
+        if (left > 0) yield* Effect.sleep(Duration.millis(left))
+        yield* notify(job, { _tag: "done", outcome: job.outcome })
+      })
+
+    const create = (provider: SimProvider, key: string, model: string, webhookUrl: string | null) =>
+      Effect.gen(function*() {
+        const f = yield* Ref.get(faults)
+        const now = yield* Clock.currentTimeMillis
+        submissions.set(key, (submissions.get(key) ?? 0) + 1)
+        const id = provider === "veo" ? `operations/${crypto.randomUUID()}` : `${provider}-${crypto.randomUUID()}`
+        const job: Job = {
+          provider,
+          id,
+          clientKey: key,
+          model,
+          createdAt: now,
+          durationMs: f.jobDurationMs,
+          queuedMs: Math.floor(f.jobDurationMs * f.queuedShare),
+          outcome: pickOutcome(f.outcomes, Math.random()),
+          webhookUrl,
+          canceledAt: null
+        }
+        jobs.set(id, job)
+        yield* FiberMap.run(timelines, id, timeline(job))
+        return job
+      })
+
+    /** Query-API faults: 429 with Retry-After, 5xx, slow answers. */
+    const withFaults = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+      Effect.gen(function*() {
+        const f = yield* Ref.get(faults)
+        stats.queries++
+        if (f.slowMs > 0) yield* Effect.sleep(Duration.millis(f.slowMs))
+        if (Math.random() < f.rate429) {
+          stats.throttled++
+          return HttpServerResponse.unsafeJson({ error: "rate limited" }, {
+            status: 429,
+            headers: { "retry-after": String(f.retryAfterSeconds) }
+          })
+        }
+        if (Math.random() < f.rate5xx) return json({ error: "upstream error" }, 503)
+        return yield* handler
+      })
+
+    const submit = (provider: SimProvider, respond: (job: Job) => unknown, webhookOf: (b: typeof Submit.Type, q: URLSearchParams) => string | null) =>
+      withFaults(Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const body = yield* Effect.orElseSucceed(HttpServerRequest.schemaBodyJson(Submit), () => null)
+        if (body === null) return json({ error: "invalid body" }, 400)
+        const url = new URL(request.url, "http://sim")
+        const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
+        const job = yield* create(provider, key, body.model ?? body.version ?? "default", webhookOf(body, url.searchParams))
+        const f = yield* Ref.get(faults)
+        // accepted, but the response is lost: the client sees a timeout after the job exists
+        if (Math.random() < f.submitAcceptThenTimeout) yield* Effect.sleep("10 minutes")
+        return json(respond(job), 201)
+      }))
+
+    const jobResponse = (provider: SimProvider, render: (job: Job, now: number) => unknown = renderJob) =>
+      withFaults(Effect.gen(function*() {
+        const { id } = yield* HttpRouter.params
+        const job = jobs.get(provider === "veo" ? `operations/${id}` : id ?? "")
+        if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
+        return json(render(job, yield* Clock.currentTimeMillis))
+      }))
+
+    const cancel = (provider: SimProvider) =>
+      withFaults(Effect.gen(function*() {
+        const { id } = yield* HttpRouter.params
+        const job = jobs.get(id ?? "")
+        if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
+        const now = yield* Clock.currentTimeMillis
+        if (phaseOf(job, now)._tag !== "done") {
+          job.canceledAt = now
+          yield* FiberMap.remove(timelines, job.id)
+          yield* notify(job, { _tag: "done", outcome: "canceled" })
+        }
+        return json(renderJob(job, now))
+      }))
+
+    const providerRoutes = HttpRouter.empty.pipe(
+      // OpenAI Videos
+      HttpRouter.post("/openai/v1/videos", submit("openai", (j) => renderJob(j, j.createdAt), () => options.openaiWebhookUrl)),
+      HttpRouter.get("/openai/v1/videos/:id", jobResponse("openai")),
+      HttpRouter.del("/openai/v1/videos/:id", cancel("openai")),
+      // Replicate
+      HttpRouter.post("/replicate/v1/predictions", submit("replicate", (j) => renderJob(j, j.createdAt), (b) => b.webhook ?? null)),
+      HttpRouter.get("/replicate/v1/predictions/:id", jobResponse("replicate")),
+      HttpRouter.post("/replicate/v1/predictions/:id/cancel", cancel("replicate")),
+      // fal.ai queue
+      HttpRouter.post("/fal/:app", submit("fal", (j) => ({ request_id: j.id, status: "IN_QUEUE" }), (_, q) => q.get("fal_webhook"))),
+      HttpRouter.get("/fal/:app/requests/:id/status", jobResponse("fal")),
+      HttpRouter.get("/fal/:app/requests/:id", withFaults(Effect.gen(function*() {
+        const { id } = yield* HttpRouter.params
+        const job = jobs.get(id ?? "")
+        if (job === undefined) return json({ error: "not found" }, 404)
+        const r = renderFalResult(job, yield* Clock.currentTimeMillis)
+        return json(r.body, r.status)
+      }))),
+      HttpRouter.put("/fal/:app/requests/:id/cancel", cancel("fal")),
+      HttpRouter.get("/fal/.well-known/jwks.json", Effect.succeed(json({
+        keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "sim-fal-1" }]
+      }))),
+      // Runway (polling only)
+      HttpRouter.post("/runway/v1/image_to_video", submit("runway", (j) => ({ id: j.id }), () => null)),
+      HttpRouter.get("/runway/v1/tasks/:id", jobResponse("runway")),
+      HttpRouter.del("/runway/v1/tasks/:id", cancel("runway")),
+      // Luma (unsigned callbacks to callback_url)
+      HttpRouter.post("/luma/dream-machine/v1/generations", submit("luma", (j) => renderJob(j, j.createdAt), (b) => b.callback_url ?? null)),
+      HttpRouter.get("/luma/dream-machine/v1/generations/:id", jobResponse("luma")),
+      HttpRouter.del("/luma/dream-machine/v1/generations/:id", cancel("luma")),
+      // Google Veo (long-running operations)
+      HttpRouter.post("/veo/v1/models/:model/predictLongRunning", submit("veo", (j) => ({ name: j.id }), () => null)),
+      HttpRouter.get("/veo/v1/operations/:id", jobResponse("veo"))
+    )
+    const controlRoutes = HttpRouter.empty.pipe(
+      HttpRouter.get("/_sim/faults", Effect.map(Ref.get(faults), (f) => json(f))),
+      HttpRouter.post("/_sim/faults", Effect.gen(function*() {
+        const current = yield* Ref.get(faults)
+        const patch = yield* HttpServerRequest.schemaBodyJson(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+        const next = yield* Schema.decodeUnknown(FaultConfig)({ ...Schema.encodeSync(FaultConfig)(current), ...patch })
+        yield* Ref.set(faults, next)
+        return json(next)
+      }).pipe(Effect.catchAll((e) => Effect.succeed(json({ error: String(e) }, 400))))),
+      HttpRouter.get("/_sim/counts", Effect.sync(() => json({ submissions: Object.fromEntries(submissions), ...stats }))),
+      HttpRouter.get("/_sim/jobs", Effect.map(Clock.currentTimeMillis, (now) =>
+        json([...jobs.values()].map((j) => ({
+          provider: j.provider,
+          id: j.id,
+          key: j.clientKey,
+          outcome: j.canceledAt !== null ? "canceled" : j.outcome,
+          phase: phaseOf(j, now)
+        })))))
+    )
+    const router = HttpRouter.concat(providerRoutes, controlRoutes)
+
+    return {
+      router,
+      setFaults: (patch: Partial<FaultConfig>) =>
+        Ref.update(faults, (f) => FaultConfig.make({ ...f, ...patch })),
+      submissions: (key: string) => submissions.get(key) ?? 0,
+      jobs: () => [...jobs.values()],
+      stats
+    } as const
+  })
+
+export type Simulator = Effect.Effect.Success<ReturnType<typeof makeSimulator>>
+
+/** The simulator served on an HttpServer; returns the handle and the server's base URL. */
+export const serveSimulator = (options: SimulatorOptions) =>
+  Effect.gen(function*() {
+    const sim = yield* makeSimulator(options)
+    const server = yield* HttpServer.HttpServer
+    yield* server.serve(yield* HttpRouter.toHttpApp(sim.router))
+    const address = server.address
+    const baseUrl = address._tag === "TcpAddress" ? `http://127.0.0.1:${address.port}` : "http://unix"
+    return { ...sim, baseUrl } as const
+  })
