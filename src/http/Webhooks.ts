@@ -1,5 +1,5 @@
-import { HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Chunk, Config, Data, Duration, Effect, Either, Option, Stream } from "effect"
+import { HttpApiBuilder, HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Config, Data, Duration, Effect, Either, Option } from "effect"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
 import { ProviderRegistry } from "../providers/ProviderRegistry.js"
@@ -14,13 +14,12 @@ const status = (code: number, error?: string) =>
 
 /** Reads the raw body, refusing more than `maxBytes` while it streams in and giving up after `timeout`. */
 const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number, timeout: Duration.Duration) =>
-  request.stream.pipe(
-    Stream.mapError(() => new BodyTimeout()),
-    Stream.runFoldEffect(Chunk.empty<Uint8Array>() as Chunk.Chunk<Uint8Array>, (acc, chunk) => {
-      const size = Chunk.reduce(acc, chunk.length, (n, c) => n + c.length)
-      return size > maxBytes ? Effect.fail(new BodyTooLarge()) : Effect.succeed(Chunk.append(acc, chunk))
-    }),
-    Effect.map((chunks) => new Uint8Array(Buffer.concat(Chunk.toArray(chunks)))),
+  request.arrayBuffer.pipe(
+    HttpIncomingMessage.withMaxBodySize(Option.some(maxBytes)),
+    Effect.mapError((e) =>
+      e.cause instanceof Error && e.cause.message === "maxBytes exceeded" ? new BodyTooLarge() : new BodyTimeout()
+    ),
+    Effect.map((buffer) => new Uint8Array(buffer)),
     Effect.timeoutFail({ duration: timeout, onTimeout: () => new BodyTimeout() })
   )
 

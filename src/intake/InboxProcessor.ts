@@ -48,6 +48,8 @@ const backoffSeconds = (retry: number, capSeconds: number) =>
  * LISTEN/NOTIFY wakes it at once; a sweep every INBOX_SWEEP_INTERVAL is the safety net.
  */
 export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
+  // a runner can be a pure gateway (or a pure worker); every runner processes by default
+  if (!(yield* Config.boolean("INBOX_PROCESSOR_ENABLED").pipe(Config.withDefault(true)))) return
   const sql = yield* SqlClient.SqlClient
   const pg = yield* PgClient.PgClient
   const tasks = yield* TaskClient

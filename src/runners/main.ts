@@ -1,5 +1,9 @@
 import { NodeRuntime } from "@effect/platform-node"
-import { Layer } from "effect"
+import { Config, Effect, Layer, Logger, LogLevel } from "effect"
 import { RunnerLive } from "./Runner.js"
 
-Layer.launch(RunnerLive).pipe(NodeRuntime.runMain)
+const LogLevelLive = Layer.unwrapEffect(
+  Effect.map(Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info)), Logger.minimumLogLevel)
+)
+
+Layer.launch(RunnerLive).pipe(Effect.provide(LogLevelLive), NodeRuntime.runMain)
