@@ -1,4 +1,11 @@
-import { HttpApiBuilder, HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import {
+  HttpApiBuilder,
+  HttpIncomingMessage,
+  HttpMiddleware,
+  HttpRouter,
+  HttpServerRequest,
+  HttpServerResponse
+} from "@effect/platform"
 import { Config, Data, Duration, Effect, Either, Option } from "effect"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
@@ -79,7 +86,7 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
       }).pipe(Effect.either)
       if (Either.isLeft(stored)) return status(503, "unavailable")
       return status(204)
-    }).pipe(Effect.withSpan("Webhooks.receive"))
+    }).pipe(HttpMiddleware.withLoggerDisabled)
 
     yield* router.post("/webhooks/:provider", handler)
   })

@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Config, Effect, Either } from "effect"
+import { makeGroupCommit } from "../persistence/GroupCommit.js"
 import { StorageUnavailable } from "../schema/errors.js"
 
 export const INBOX_CHANNEL = "provider_inbox"
@@ -17,31 +18,75 @@ export interface InboxEntry {
   readonly payload: unknown
 }
 
+const toRecord = (e: InboxEntry) => ({
+  provider: e.provider,
+  dedup_key: e.dedupKey,
+  provider_event_id: e.providerEventId,
+  provider_task_id: e.providerTaskId,
+  client_request_id: e.clientRequestId,
+  attempt_id: e.attemptId,
+  provider_occurred_at: e.providerOccurredAt,
+  signature_key_version: e.signatureKeyVersion,
+  payload_hash: e.payloadHash,
+  payload: e.payload
+})
+
 /**
  * The durable record of every verified callback. `store` answers only after the row (or its earlier
- * duplicate) is committed; the same statement NOTIFYs the processors, delivered at commit.
+ * duplicate) is committed. Concurrent callbacks are written as one multi-row INSERT (one round trip, one WAL
+ * flush) with one NOTIFY for the processors, delivered at commit; a batch that fails is retried row by row so
+ * one bad row cannot fail its neighbours.
  */
 export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbox", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const store = Effect.fn("CallbackInbox.store")(function*(e: InboxEntry) {
-      const rows = yield* sql<{ id: number }>`
+    const insert = (entries: ReadonlyArray<InboxEntry>) =>
+      sql<{ provider: string; dedup_key: string }>`
         WITH ins AS (
           INSERT INTO provider_callback_inbox (provider, dedup_key, provider_event_id, provider_task_id,
             client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, payload)
-          VALUES (${e.provider}, ${e.dedupKey}, ${e.providerEventId}, ${e.providerTaskId}, ${e.clientRequestId},
-            ${e.attemptId}, ${e.providerOccurredAt}, ${e.signatureKeyVersion}, decode(${e.payloadHash}, 'hex'),
-            ${JSON.stringify(e.payload)}::jsonb)
+          SELECT r.provider, r.dedup_key, r.provider_event_id, r.provider_task_id, r.client_request_id,
+            r.attempt_id, r.provider_occurred_at, r.signature_key_version, decode(r.payload_hash, 'hex'), r.payload
+          FROM jsonb_to_recordset(${JSON.stringify(entries.map(toRecord))}::jsonb) AS r(
+            provider text, dedup_key text, provider_event_id text, provider_task_id text, client_request_id text,
+            attempt_id uuid, provider_occurred_at timestamptz, signature_key_version text, payload_hash text,
+            payload jsonb)
           ON CONFLICT (provider, dedup_key) DO NOTHING
-          RETURNING id
+          RETURNING provider, dedup_key
+        ), wake AS (
+          SELECT pg_notify(${INBOX_CHANNEL}, count(*)::text) FROM ins HAVING count(*) > 0
         )
-        SELECT id, pg_notify(${INBOX_CHANNEL}, id::text) FROM ins`
-      return rows.length > 0 ? "stored" as const : "duplicate" as const
-    }, Effect.catchTag("SqlError", (e) =>
-      Effect.logError("inbox write failed", e).pipe(
-        Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the inbox is unavailable: retry later" })))
-      )))
+        SELECT provider, dedup_key FROM ins, (SELECT count(*) FROM wake) w`.pipe(
+        Effect.map((rows) => {
+          const stored = new Set(rows.map((r) => `${r.provider}\u0000${r.dedup_key}`))
+          return entries.map((e) =>
+            Either.right<"stored" | "duplicate">(stored.has(`${e.provider}\u0000${e.dedupKey}`) ? "stored" : "duplicate")
+          )
+        })
+      )
+
+    const enqueue = yield* makeGroupCommit({
+      parallelism: yield* Config.integer("INBOX_WRITE_PARALLELISM").pipe(Config.withDefault(4), Effect.orDie),
+      maxBatch: 128,
+      run: (entries: ReadonlyArray<InboxEntry>) =>
+        insert(entries).pipe(
+          Effect.catchTag("SqlError", (error) =>
+            entries.length === 1
+              ? Effect.succeed([Either.left(error)])
+              : Effect.forEach(entries, (e) =>
+                insert([e]).pipe(Effect.map((r) => r[0]!), Effect.catchTag("SqlError", (err) =>
+                  Effect.succeed(Either.left(err)))))
+          )
+        )
+    })
+
+    const store = Effect.fn("CallbackInbox.store")(function*(e: InboxEntry) {
+      const result = yield* enqueue(e)
+      if (Either.isRight(result)) return result.right
+      yield* Effect.logError("inbox write failed", result.left)
+      return yield* new StorageUnavailable({ message: "the inbox is unavailable: retry later" })
+    })
 
     return { store } as const
   })

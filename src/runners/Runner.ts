@@ -47,7 +47,9 @@ export const layerHttpApp = HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(TasksHttpLive),
   Layer.provide(AuthenticationLive),
-  Layer.provideMerge(TokenSigner.Default)
+  Layer.provideMerge(TokenSigner.Default),
+  // provider callbacks come by the thousand per second: no request span for them (failures are logged)
+  HttpMiddleware.withTracerDisabledWhen((request) => request.url.startsWith("/webhooks/"))
 )
 
 export const layerHttp = (c: RunnerConfig) =>
