@@ -65,7 +65,7 @@ const makeRequest = (): Req => {
     default: {
       const attempt = crypto.randomUUID()
       return {
-        path: `/webhooks/luma?attempt=${attempt}&token=${callbackToken(TOKEN, attempt)}`,
+        path: `/webhooks/luma?attempt=${attempt}&token=${callbackToken(TOKEN, "luma", attempt)}`,
         body: JSON.stringify({ id: `gen_${i}`, state: "dreaming" }),
         headers: {}
       }
@@ -124,6 +124,7 @@ const main = async () => {
       OPENAI_WEBHOOK_SECRET: OPENAI,
       REPLICATE_WEBHOOK_SECRET: REPLICATE,
       CALLBACK_TOKEN_SECRET: TOKEN,
+      FAL_USER_ID: "u",
       FAL_JWKS_URL: `http://127.0.0.1:${(jwks.address() as net.AddressInfo).port}/jwks.json`,
       INBOX_PROCESSOR_ENABLED: "false",
       LOG_LEVEL: "WARN"

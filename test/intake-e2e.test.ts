@@ -20,6 +20,7 @@ Object.assign(process.env, {
   OPENAI_WEBHOOK_SECRET: devSecret("openai"),
   REPLICATE_WEBHOOK_SECRET: devSecret("replicate"),
   CALLBACK_TOKEN_SECRET: "e2e-callback-secret",
+  FAL_USER_ID: "sim-user",
   FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
   PUBLIC_BASE_URL: platform,
   INBOX_SWEEP_INTERVAL: "200 millis",

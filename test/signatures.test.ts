@@ -88,7 +88,7 @@ describe("fal.ai Ed25519 webhooks", () => {
     "x-fal-webhook-signature": sig
   })
   const check = (h: Record<string, string>, keys: ReadonlyArray<Ed25519Jwk> = [other, jwk], b = body) =>
-    verifyFalWebhook({ keys, headers: h, body: b, now, toleranceSeconds: 300 })
+    verifyFalWebhook({ keys, userId: "user-1", headers: h, body: b, now, toleranceSeconds: 300 })
 
   it("accepts a signature by any key of the JWKS and records which", () => {
     expect(Either.getOrThrow(check(headers())).keyVersion).toBe("k1")
@@ -101,6 +101,11 @@ describe("fal.ai Ed25519 webhooks", () => {
     expect(check(headers(signature, String(Number(ts) - 1000)))).toEqual(Either.left("stale_timestamp"))
     expect(check({})).toEqual(Either.left("missing_headers"))
   })
+
+  it("refuses a webhook signed for another fal account (fal signs every account's webhooks with one key set)", () => {
+    const otherUser = sign(null, Buffer.from(falSigningString("req-1", "user-2", ts, body)), privateKey).toString("hex")
+    expect(check({ ...headers(otherUser), "x-fal-webhook-user-id": "user-2" })).toEqual(Either.left("bad_signature"))
+  })
 })
 
 describe("per-attempt callback tokens (Luma, Kling)", () => {
@@ -108,11 +113,13 @@ describe("per-attempt callback tokens (Luma, Kling)", () => {
   it("accepts the attempt's token under the current or previous secret, nothing else", () => {
     const attemptId = crypto.randomUUID()
     const ok = (token: string | null, attempt: string | null = attemptId) =>
-      verifyCallbackToken({ secrets, attemptId: attempt, token })
-    expect(Either.getOrThrow(ok(callbackToken("s1", attemptId))).keyVersion).toBe("current")
-    expect(Either.getOrThrow(ok(callbackToken("s0", attemptId))).keyVersion).toBe("previous")
-    expect(ok(callbackToken("s1", crypto.randomUUID()))).toEqual(Either.left("bad_signature"))
-    expect(ok(callbackToken("s1", attemptId), crypto.randomUUID())).toEqual(Either.left("bad_signature"))
+      verifyCallbackToken({ secrets, provider: "luma", attemptId: attempt, token })
+    expect(Either.getOrThrow(ok(callbackToken("s1", "luma", attemptId))).keyVersion).toBe("current")
+    expect(Either.getOrThrow(ok(callbackToken("s0", "luma", attemptId))).keyVersion).toBe("previous")
+    expect(ok(callbackToken("s1", "luma", crypto.randomUUID()))).toEqual(Either.left("bad_signature"))
+    expect(ok(callbackToken("s1", "luma", attemptId), crypto.randomUUID())).toEqual(Either.left("bad_signature"))
     expect(ok(null)).toEqual(Either.left("missing_headers"))
+    // a token for the same attempt under another provider does not pass
+    expect(ok(callbackToken("s1", "kling", attemptId))).toEqual(Either.left("bad_signature"))
   })
 })

@@ -29,6 +29,7 @@ Object.assign(process.env, {
   OPENAI_WEBHOOK_SECRET: OPENAI_SECRET,
   OPENAI_WEBHOOK_SECRET_PREVIOUS: OPENAI_PREVIOUS,
   CALLBACK_TOKEN_SECRET: TOKEN_SECRET,
+  FAL_USER_ID: "user-1",
   FAL_JWKS_URL: `http://127.0.0.1:${(jwksServer.address() as { port: number }).port}/jwks.json`,
   WEBHOOK_MAX_BYTES: "4096",
   INBOX_SWEEP_INTERVAL: "200 millis"
@@ -195,14 +196,32 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         expect((yield* post("/webhooks/fal", body, { ...falHeaders, "x-fal-webhook-user-id": "user-2" })).status)
           .toBe(401)
         yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
+        // the signature covers the request id in the headers: a body about another request is refused
+        const otherBody = JSON.stringify({ request_id: `req-${uuid()}`, status: "OK", payload: {} })
+        const otherSig = sign(null, Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(otherBody))),
+          fal.privateKey).toString("hex")
+        expect((yield* post("/webhooks/fal", otherBody, { ...falHeaders, "x-fal-webhook-signature": otherSig })).status)
+          .toBe(401)
 
-        const luma = yield* submittedTask("luma", `gen-${uuid()}`)
-        const generation = JSON.stringify({ id: `gen-other`, state: "dreaming" })
+        const generationId = `gen-${uuid()}`
+        const luma = yield* submittedTask("luma", generationId)
+        const generation = JSON.stringify({ id: generationId, state: "dreaming" })
         const url = (token: string) => `/webhooks/luma?attempt=${luma.attemptId}&token=${token}`
+        const token = callbackToken(TOKEN_SECRET, "luma", luma.attemptId)
         expect((yield* post(url("forged"), generation, {})).status).toBe(401)
-        expect((yield* post(url(callbackToken(TOKEN_SECRET, luma.attemptId)), generation, {})).status).toBe(204)
-        // the token names the attempt, so even a provider id we have not seen yet reaches its task
+        expect((yield* post(url(token), generation, {})).status).toBe(204)
         yield* eventually(taskRow(luma.taskId), (t) => t.status === "running")
+        // the body is unsigned: with a valid token it still cannot speak for another generation
+        const hijack = JSON.stringify({ id: `gen-${uuid()}`, state: "completed", assets: { video: "https://evil/x" } })
+        expect((yield* post(url(token), hijack, {})).status).toBe(204)
+        const sql = yield* SqlClient.SqlClient
+        yield* eventually(
+          sql<{ process_status: string; last_error_code: string | null }>`
+            SELECT process_status, last_error_code FROM provider_callback_inbox
+            WHERE attempt_id = ${luma.attemptId} AND payload->>'state' = 'completed'`,
+          (r) => r[0]?.process_status === "dead" && r[0]?.last_error_code === "attempt_mismatch"
+        )
+        expect((yield* taskRow(luma.taskId)).status).toBe("running")
       }))
 
     it.effect("a callback that beats the submit response waits as an orphan, then applies", () =>

@@ -1,7 +1,7 @@
 import { Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
-import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
+import { StorageUnavailable, TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { TaskSnapshot } from "../schema/task.js"
 
@@ -13,7 +13,8 @@ export class CommandResult extends Schema.Class<CommandResult>("CommandResult")(
   task: TaskSnapshot
 }) {}
 
-const WriteErrors = Schema.Union(TaskNotFound, WriteFenced, VersionConflict)
+const ReadErrors = Schema.Union(TaskNotFound, StorageUnavailable)
+const WriteErrors = Schema.Union(TaskNotFound, WriteFenced, VersionConflict, StorageUnavailable)
 
 /**
  * The single writer of one generation task, keyed by task id.
@@ -31,7 +32,7 @@ export const GenerationTask = Entity.make("GenerationTask", [
   Rpc.make("Start", {
     payload: { traceId: Schema.String },
     success: TaskSnapshot,
-    error: TaskNotFound
+    error: ReadErrors
   }),
   Rpc.make("Observe", {
     payload: ProviderObservation,
@@ -45,6 +46,6 @@ export const GenerationTask = Entity.make("GenerationTask", [
   }),
   Rpc.make("GetSnapshot", {
     success: TaskSnapshot,
-    error: TaskNotFound
+    error: ReadErrors
   })
 ])

@@ -16,7 +16,7 @@ export const GenerationTaskLive = GenerationTask.toLayer(
     const taskId = address.entityId as string as TaskId
     const store = yield* TaskStore
     // Memory is a cache of PostgreSQL: filled at start, replaced by what each commit wrote, dropped on CAS loss.
-    const cache = yield* Ref.make(yield* store.load(taskId))
+    const cache = yield* Ref.make(yield* store.load(taskId).pipe(Effect.orElseSucceed(() => Option.none())))
 
     const current = Effect.gen(function*() {
       const cached = yield* Ref.get(cache)
@@ -45,7 +45,9 @@ export const GenerationTaskLive = GenerationTask.toLayer(
           : null
         if (change === null) return result(outcome, state)
         if (!changeIsAllowed(state.task, change)) {
-          return yield* Effect.dieMessage(`transition ${state.task.status} -> ${change.task.status} is not allowed`)
+          // a bug in the transition function: refuse the write, keep the entity serving (a defect would replay)
+          yield* Effect.logError(`refused transition ${state.task.status} -> ${change.task.status}`)
+          return new CommandResult({ outcome: "ignored", reason: "transition_not_allowed", task: state.task }, trusted)
         }
         const committed = yield* store.commit(state.task, change)
         if (committed._tag === "Committed") {

@@ -70,6 +70,9 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
         endpoint.value.protocol.parse
       )
       if (Either.isLeft(report)) return status(400, `malformed ${provider} webhook: ${report.left}`)
+      // a signature over a request id (fal) covers only the body that names the same request
+      const subject = verified.right.subject
+      if (subject !== undefined && subject !== report.right.providerTaskId) return status(401)
 
       const payloadHash = sha256hex(body.right)
       const stored = yield* inbox.store({

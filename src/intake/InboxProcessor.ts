@@ -56,6 +56,9 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
   const sweepInterval = yield* Config.duration("INBOX_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
   const batchSize = yield* Config.integer("INBOX_BATCH_SIZE").pipe(Config.withDefault(64))
   const flagAfter = yield* Config.integer("ORPHAN_FLAG_AFTER").pipe(Config.withDefault(8))
+  // a task that keeps refusing (not an orphan: those wait forever) goes to the dead letter eventually
+  const maxRetries = yield* Config.integer("INBOX_MAX_RETRIES").pipe(Config.withDefault(50))
+  const sendTimeout = yield* Config.duration("INBOX_SEND_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30)))
 
   const claim = sql<InboxRow>`
     UPDATE provider_callback_inbox i SET next_retry_at = now() + interval '30 seconds'
@@ -81,13 +84,22 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         next_retry_at = now() + make_interval(secs => ${backoffSeconds(row.retry_count, capSeconds)}),
         last_error_code = ${code} WHERE id = ${row.id}`
 
+  /**
+   * The attempt a callback belongs to. A URL-token callback names its attempt, and only that attempt of that
+   * provider is eligible: the body (unsigned) cannot redirect it to another task. Signed callbacks map by the
+   * provider's task id, else by our client_request_id.
+   */
   const findAttempt = (row: InboxRow, report: ProviderReport) =>
-    sql<{ attempt_id: string; task_id: string }>`
-      SELECT id AS attempt_id, task_id FROM task_attempts
-      WHERE id = ${row.attempt_id}::uuid
-         OR (provider = ${row.provider} AND provider_task_id = ${report.providerTaskId})
-         OR (provider = ${row.provider} AND client_request_id = ${report.clientRequestId})
-      LIMIT 1`
+    row.attempt_id !== null
+      ? sql<{ attempt_id: string; task_id: string; provider_task_id: string | null }>`
+          SELECT id AS attempt_id, task_id, provider_task_id FROM task_attempts
+          WHERE id = ${row.attempt_id} AND provider = ${row.provider}`
+      : sql<{ attempt_id: string; task_id: string; provider_task_id: string | null }>`
+          SELECT id AS attempt_id, task_id, provider_task_id FROM task_attempts
+          WHERE provider = ${row.provider}
+            AND (provider_task_id = ${report.providerTaskId} OR client_request_id = ${report.clientRequestId})
+          ORDER BY (provider_task_id = ${report.providerTaskId}) DESC NULLS LAST
+          LIMIT 1`
 
   const processRow = (row: InboxRow) =>
     Effect.gen(function*() {
@@ -96,6 +108,12 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
       const report = protocol.parse(row.payload)
       if (Either.isLeft(report)) return yield* markDead(row.id, "unreadable", report.left)
       const [attempt] = yield* findAttempt(row, report.right)
+      if (
+        attempt !== undefined && attempt.provider_task_id !== null && report.right.providerTaskId !== null &&
+        attempt.provider_task_id !== report.right.providerTaskId
+      ) {
+        return yield* markDead(row.id, "attempt_mismatch", `${report.right.providerTaskId} is not ${attempt.provider_task_id}`)
+      }
       if (attempt === undefined) {
         const flagged = row.retry_count + 1 >= flagAfter
         if (flagged) yield* Effect.logWarning("orphan callback: no attempt knows it yet")
@@ -122,9 +140,13 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         payloadHash: row.payload_hash.toString("hex"),
         traceId: `inbox-${row.id}`
       }, trusted)
-      const sent = yield* tasks.send(attempt.task_id as TaskId, (c) => c.Observe(observation)).pipe(Effect.either)
+      const sent = yield* tasks.send(attempt.task_id as TaskId, (c) => c.Observe(observation)).pipe(
+        Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => ({ _tag: "Timeout" as const }) }),
+        Effect.either
+      )
       if (Either.isRight(sent)) return yield* markProcessed(row.id)
       if (sent.left._tag === "TaskNotFound") return yield* markDead(row.id, "task_not_found", attempt.task_id)
+      if (row.retry_count + 1 >= maxRetries) return yield* markDead(row.id, sent.left._tag, "retries exhausted")
       yield* Effect.logWarning("callback will be retried", sent.left)
       return yield* retryLater(row, sent.left._tag, "retry", 60)
     }).pipe(

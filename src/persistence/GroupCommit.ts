@@ -1,9 +1,13 @@
-import { Deferred, Effect, Queue } from "effect"
+import { Cause, Deferred, Effect, Exit, Queue } from "effect"
 
 /**
  * Natural batching for a write path: callers enqueue and wait; `parallelism` workers each take whatever is
  * queued (up to `maxBatch`) and run it as one batch. Under low load a batch holds one item (no added latency);
  * under high load round trips, syscalls and WAL flushes are shared by many callers.
+ *
+ * Every taken entry is completed whatever happens to its batch: a failure, a defect (even a synchronous
+ * throw in `run`) or an interruption of the worker reaches exactly the callers of that batch, and the other
+ * workers carry on. On shutdown, entries still queued fail with an interruption.
  */
 export const makeGroupCommit = <I, O, E>(options: {
   readonly parallelism: number
@@ -12,24 +16,39 @@ export const makeGroupCommit = <I, O, E>(options: {
   readonly run: (items: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<O>, E>
 }) =>
   Effect.gen(function*() {
-    const queue = yield* Effect.acquireRelease(
-      Queue.unbounded<{ readonly item: I; readonly done: Deferred.Deferred<O, E> }>(),
-      Queue.shutdown
+    type Entry = { readonly item: I; readonly done: Deferred.Deferred<O, E> }
+    const queue = yield* Effect.acquireRelease(Queue.unbounded<Entry>(), (q) =>
+      Effect.flatMap(Queue.takeAll(q), (rest) =>
+        Effect.zipRight(
+          Effect.forEach(rest, (e) => Deferred.interrupt(e.done), { discard: true }),
+          Queue.shutdown(q)
+        )))
+
+    const runBatch = (batch: ReadonlyArray<Entry>) =>
+      Effect.suspend(() => options.run(batch.map((e) => e.item))).pipe(
+        Effect.exit,
+        Effect.flatMap((exit) =>
+          Effect.forEach(batch, (e, i) =>
+            Deferred.done(
+              e.done,
+              Exit.isSuccess(exit)
+                ? (exit.value[i] === undefined
+                  ? Exit.die(new Error("group commit: no result for an item"))
+                  : Exit.succeed(exit.value[i]!))
+                : Exit.failCause(exit.cause)
+            ), { discard: true })
+        ),
+        Effect.onInterrupt(() => Effect.forEach(batch, (e) => Deferred.interrupt(e.done), { discard: true }))
+      )
+
+    const worker = Queue.takeBetween(queue, 1, options.maxBatch).pipe(
+      Effect.flatMap((entries) => runBatch(Array.from(entries))),
+      Effect.catchAllCause((cause) =>
+        Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : Effect.logError("group commit worker", cause)
+      ),
+      Effect.forever
     )
-    const worker = Effect.gen(function*() {
-      const entries = yield* Queue.takeBetween(queue, 1, options.maxBatch)
-      const batch = Array.from(entries)
-      const exit = yield* Effect.exit(options.run(batch.map((e) => e.item)))
-      if (exit._tag === "Success") {
-        batch.forEach((e, i) => Deferred.unsafeDone(e.done, Effect.succeed(exit.value[i]!)))
-      } else {
-        batch.forEach((e) => Deferred.unsafeDone(e.done, Effect.failCause(exit.cause)))
-      }
-    }).pipe(Effect.forever)
-    yield* Effect.forkScoped(Effect.all(Array.from({ length: options.parallelism }, () => worker), {
-      concurrency: "unbounded",
-      discard: true
-    }))
+    for (let i = 0; i < options.parallelism; i++) yield* Effect.forkScoped(worker)
 
     return (item: I): Effect.Effect<O, E> =>
       Effect.flatMap(Deferred.make<O, E>(), (done) =>

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Config, Effect, Either, Option } from "effect"
 import type { Change } from "../entities/transition.js"
-import { WriteFenced } from "../schema/errors.js"
+import { StorageUnavailable, WriteFenced } from "../schema/errors.js"
 import { EventCursor } from "../schema/cursor.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
@@ -79,6 +79,12 @@ interface CommitRow {
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
 
+/** A database failure reaches the entity's caller as a typed, retryable error (never a defect that replays). */
+const unavailable = (error: SqlError) =>
+  Effect.logError("task store: database failure", error).pipe(
+    Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the database is unavailable: retry later" })))
+  )
+
 /**
  * Reads and writes one task's facts. `commit` is the only way a task changes after creation: one call of
  * commit_task_change (migrations/0002), which checks the write fence, CASes the version, takes the next cursor
@@ -102,7 +108,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
       if (task.currentAttemptId === null) return Option.some<TaskState>({ task, attempt: null })
       const attempts = yield* sql<Record<string, any>>`SELECT * FROM task_attempts WHERE id = ${task.currentAttemptId}`
       return Option.some<TaskState>({ task, attempt: attempts.length === 0 ? null : attemptFromRow(attempts[0]!) })
-    }, Effect.orDie)
+    }, Effect.catchTag("SqlError", unavailable))
 
     const runBatch = (items: ReadonlyArray<CommitItem>) =>
       sql<CommitRow & { ord: number }>`SELECT * FROM commit_task_changes(${JSON.stringify(items)}::jsonb)`.pipe(
@@ -173,7 +179,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         trace_id: change.domainEvent.trace_id,
         domain_event: { ...change.domainEvent, event_id: eventId }
       })
-      if (Either.isLeft(result)) return yield* Effect.die(result.left)
+      if (Either.isLeft(result)) return yield* unavailable(result.left)
       const row = result.right
       if (!row.fence_ok) {
         return yield* new WriteFenced({ reason: `region ${token.region} epoch ${token.epoch} may not write now` })
@@ -200,7 +206,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         VALUES (${taskId}, ${attemptId}, ${reason}, ${observation.dedupKey},
                 ${JSON.stringify({ status: observation.status, source: observation.source, provider: observation.provider })}::jsonb)
         ON CONFLICT (task_id, dedup_key) DO NOTHING`
-    }, Effect.orDie)
+    }, Effect.catchTag("SqlError", unavailable))
 
     return { load, commit, recordReconciliation, fence: token } as const
   })

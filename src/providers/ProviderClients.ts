@@ -199,7 +199,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
             submit: (r) => {
               const token = Option.match(tokenSecret, {
                 onNone: () => "",
-                onSome: (s) => callbackToken(Redacted.value(s), r.attemptId)
+                onSome: (s) => callbackToken(Redacted.value(s), "luma", r.attemptId)
               })
               return submitWith("/dream-machine/v1/generations", {
                 prompt: r.prompt,

@@ -36,46 +36,54 @@ const secretPair = (name: string) =>
     ...Option.toArray(Option.map(previous, (s) => ({ version: "previous", secret: Redacted.value(s) })))
   ]))
 
-const Jwks = Schema.Struct({
-  keys: Schema.Array(Schema.Struct({
-    kid: Schema.optional(Schema.String),
-    kty: Schema.Literal("OKP"),
-    crv: Schema.Literal("Ed25519"),
-    x: Schema.String
-  }))
+const Ed25519Key = Schema.Struct({
+  kid: Schema.optional(Schema.String),
+  kty: Schema.Literal("OKP"),
+  crv: Schema.Literal("Ed25519"),
+  x: Schema.String
 })
+/** Keys of other types in the set are skipped, not a reason to reject the whole set. */
+const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Unknown) }).pipe(
+  Schema.transform(Schema.Struct({ keys: Schema.Array(Schema.typeSchema(Ed25519Key)) }), {
+    strict: true,
+    decode: ({ keys }) => ({ keys: keys.filter(Schema.is(Ed25519Key)) }),
+    encode: (jwks) => jwks
+  })
+)
 
 /**
  * fal.ai's signing keys: fetched from its JWKS, cached (24 h), fetched again when no cached key verifies a
- * signature (at most once a minute), so a key rotation is picked up without a restart.
+ * signature — at most once a minute whatever the outcome, and one fetch at a time — so a key rotation is
+ * picked up without a restart and forged requests cannot turn into a stream of outbound fetches.
  */
 const makeFalKeys = (url: string) =>
   Effect.gen(function*() {
     const client = yield* HttpClient.HttpClient
-    const cache = yield* Ref.make<{ keys: ReadonlyArray<Ed25519Jwk>; fetchedAt: number } | null>(null)
-    const fetch = client.get(url).pipe(
-      Effect.flatMap(HttpClientResponse.schemaBodyJson(Jwks)),
-      Effect.timeout("5 seconds"),
-      Effect.tap((jwks) =>
-        Effect.flatMap(Clock.currentTimeMillis, (now) => Ref.set(cache, { keys: jwks.keys, fetchedAt: now }))
-      ),
-      Effect.map((jwks) => jwks.keys),
-      Effect.tapError((e) => Effect.logWarning("fal JWKS fetch failed", e)),
-      Effect.orElseSucceed((): ReadonlyArray<Ed25519Jwk> => [])
-    )
-    const keys = (refresh: boolean) =>
-      Effect.gen(function*() {
-        const cached = yield* Ref.get(cache)
+    const cache = yield* Ref.make<{ keys: ReadonlyArray<Ed25519Jwk>; fetchedAt: number; triedAt: number }>({
+      keys: [],
+      fetchedAt: 0,
+      triedAt: 0
+    })
+    const single = yield* Effect.makeSemaphore(1)
+    const fetch = (now: number) =>
+      client.get(url).pipe(
+        Effect.flatMap(HttpClientResponse.schemaBodyJson(Jwks)),
+        Effect.scoped,
+        Effect.timeout("5 seconds"),
+        Effect.tap((jwks) => Ref.set(cache, { keys: jwks.keys, fetchedAt: now, triedAt: now })),
+        Effect.tapError((e) =>
+          Effect.zipRight(Ref.update(cache, (c) => ({ ...c, triedAt: now })), Effect.logWarning("fal JWKS fetch failed", e))
+        ),
+        Effect.ignore
+      )
+    return (refresh: boolean) =>
+      single.withPermits(1)(Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        if (cached === null) return yield* fetch
-        const age = now - cached.fetchedAt
-        if (age > Duration.toMillis("24 hours") || (refresh && age > Duration.toMillis("1 minute"))) {
-          const fresh = yield* fetch
-          return fresh.length > 0 ? fresh : cached.keys
-        }
-        return cached.keys
-      })
-    return keys
+        const c = yield* Ref.get(cache)
+        const stale = c.keys.length === 0 || now - c.fetchedAt > Duration.toMillis("24 hours") || refresh
+        if (stale && now - c.triedAt > Duration.toMillis("1 minute")) yield* fetch(now)
+        return (yield* Ref.get(cache)).keys
+      }))
   })
 
 /**
@@ -89,6 +97,7 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
     const replicate = yield* secretPair("REPLICATE_WEBHOOK_SECRET")
     const callbackTokens = yield* secretPair("CALLBACK_TOKEN_SECRET")
     const falJwksUrl = yield* Config.option(Config.string("FAL_JWKS_URL"))
+    const falUserId = yield* Config.option(Config.string("FAL_USER_ID"))
     const falKeys = Option.isSome(falJwksUrl) ? Option.some(yield* makeFalKeys(falJwksUrl.value)) : Option.none()
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -108,20 +117,22 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
         verify: (r) =>
           Effect.succeed(verifyCallbackToken({
             secrets: callbackTokens,
+            provider: "luma",
             attemptId: r.query.get("attempt"),
             token: r.query.get("token")
           }))
       })
     }
-    if (Option.isSome(falKeys)) {
+    if (Option.isSome(falKeys) && Option.isSome(falUserId)) {
       const keys = falKeys.value
+      const userId = falUserId.value
       endpoints.set("fal", {
         protocol: falWebhooks,
         verify: (r) =>
           Effect.gen(function*() {
             const at = yield* now
             const check = (k: ReadonlyArray<Ed25519Jwk>) =>
-              verifyFalWebhook({ keys: k, headers: r.headers, body: r.body, now: at, toleranceSeconds: tolerance })
+              verifyFalWebhook({ keys: k, userId, headers: r.headers, body: r.body, now: at, toleranceSeconds: tolerance })
             const first = check(yield* keys(false))
             if (Either.isRight(first) || first.left !== "bad_signature") return first
             return check(yield* keys(true))

@@ -10,12 +10,16 @@ export interface Verified {
   readonly keyVersion: string
   readonly eventId: string | null
   readonly timestamp: Date | null
+  /** The provider task id the signature itself covers (fal signs the request id apart from the body). */
+  readonly subject?: string | undefined
 }
 
 export interface VersionedSecret {
   readonly version: string
   readonly secret: string
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 const constantTimeEqual = (a: string, b: string): boolean => {
   const x = Buffer.from(a)
@@ -72,6 +76,8 @@ export interface Ed25519Jwk {
  */
 export const verifyFalWebhook = (options: {
   readonly keys: ReadonlyArray<Ed25519Jwk>
+  /** fal signs every customer's webhooks with the same keys: only our account's user id is accepted. */
+  readonly userId: string
   readonly headers: Readonly<Record<string, string | undefined>>
   readonly body: Uint8Array
   readonly now: Date
@@ -85,13 +91,19 @@ export const verifyFalWebhook = (options: {
     return Either.left("missing_headers")
   }
   if (!withinWindow(Number(ts), options.now, options.toleranceSeconds)) return Either.left("stale_timestamp")
+  if (!constantTimeEqual(userId, options.userId)) return Either.left("bad_signature")
   const message = Buffer.from(falSigningString(requestId, userId, ts, options.body))
   const sig = Buffer.from(signature, "hex")
   for (const [i, jwk] of options.keys.entries()) {
     try {
       const key = createPublicKey({ key: jwk as JsonWebKey, format: "jwk" })
       if (verify(null, message, key, sig)) {
-        return Either.right({ keyVersion: jwk.kid ?? `jwks#${i}`, eventId: null, timestamp: new Date(Number(ts) * 1000) })
+        return Either.right({
+          keyVersion: jwk.kid ?? `jwks#${i}`,
+          eventId: null,
+          timestamp: new Date(Number(ts) * 1000),
+          subject: requestId
+        })
       }
     } catch {
       // a malformed key in the set verifies nothing
@@ -105,19 +117,20 @@ export const falSigningString = (requestId: string, userId: string, timestamp: s
 
 /**
  * Unsigned callbacks (Luma, Kling): the callback URL we hand the provider carries a per-attempt token,
- * HMAC(secret, attempt id). Nothing is stored; the comparison is constant-time.
+ * HMAC(secret, provider + attempt id). Nothing is stored; the comparison is constant-time.
  */
-export const callbackToken = (secret: string, attemptId: string): string =>
-  createHmac("sha256", secret).update(`callback:${attemptId}`).digest("base64url")
+export const callbackToken = (secret: string, provider: string, attemptId: string): string =>
+  createHmac("sha256", secret).update(`callback:${provider}:${attemptId}`).digest("base64url")
 
 export const verifyCallbackToken = (options: {
   readonly secrets: ReadonlyArray<VersionedSecret>
+  readonly provider: string
   readonly attemptId: string | null
   readonly token: string | null
 }): Either.Either<Verified, SignatureRejection> => {
-  if (!options.attemptId || !options.token) return Either.left("missing_headers")
+  if (!options.attemptId || !options.token || !UUID.test(options.attemptId)) return Either.left("missing_headers")
   for (const { secret, version } of options.secrets) {
-    if (constantTimeEqual(callbackToken(secret, options.attemptId), options.token)) {
+    if (constantTimeEqual(callbackToken(secret, options.provider, options.attemptId), options.token)) {
       return Either.right({ keyVersion: version, eventId: null, timestamp: null })
     }
   }
