@@ -62,6 +62,12 @@ describe("transition: examples", () => {
     expect(state.task).toMatchObject({ status: "running", stage: "generating", progress: 70 })
   })
 
+  it("progress never goes back when only the status changes within a stage", () => {
+    const unknown = makeTask({ status: "provider_status_unknown", stage: "generating", progress: 80 })
+    const back = transition(unknown, makeAttempt(), observe("running", { stage: "generating", progress: 40 }), at(1))
+    expect(back._tag === "Changed" && back.change.task).toMatchObject({ status: "running", progress: 80 })
+  })
+
   it("coalesces progress: written when it moved >= 5 points or >= 2 s passed", () => {
     const s1 = run(start, [observe("running", { progress: 10 })], 3).state
     const small = transition(s1.task, s1.attempt, observe("running", { progress: 12 }), at(3.5))

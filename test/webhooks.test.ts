@@ -241,6 +241,20 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
       }))
 
+    it.effect("valid JSON that jsonb cannot hold (\\u0000, lone surrogates) is still stored and processed", () =>
+      Effect.gen(function*() {
+        const videoId = `video_${uuid()}`
+        const { taskId } = yield* submittedTask("openai", videoId)
+        const body = `{"id":"evt_${uuid()}","object":"event","note":"nul \\u0000 and \\ud800","created_at":${nowSeconds()},` +
+          `"type":"video.completed","data":{"id":"${videoId}"}}`
+        expect((yield* post("/webhooks/openai", body, signOpenAI(body))).status).toBe(204)
+        yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
+        const sql = yield* SqlClient.SqlClient
+        const [row] = yield* sql<{ payload: unknown; body: string }>`
+          SELECT payload, body FROM provider_callback_inbox WHERE provider_task_id = ${videoId}`
+        expect(row).toEqual({ payload: null, body })
+      }))
+
     it.effect("an unreadable stored row goes to the dead letter with its reason", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

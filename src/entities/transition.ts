@@ -223,7 +223,12 @@ export const transition = (
     }
     return Outcome.Ignored({ reason: "terminal" })
   }
-  if (task.status === "manual_review") return Outcome.Ignored({ reason: "manual_review" })
+  if (task.status === "manual_review") {
+    // still recorded: the conflict that put it here may have lost its record in a crash, and a human wants all
+    return isProviderTerminal(o.status)
+      ? Outcome.Conflict({ reason: `${o.status} during manual review`, escalation: null })
+      : Outcome.Ignored({ reason: "manual_review" })
+  }
   if (afterProviderSuccess.has(task.status)) {
     if (o.status === "succeeded") return Outcome.Unchanged({ reason: "duplicate" })
     // A cancel acknowledged after the job finished (the cancel/success race) leaves a usable output: keep it and
@@ -245,8 +250,13 @@ export const transition = (
   const currentRank = stageRank(task.stage)
   const targetRank = stageRank(target.stage)
   if (targetRank < currentRank) return Outcome.Ignored({ reason: "backward" })
-  if (targetRank > currentRank || target.status !== task.status) {
-    return change({ ...target, progress: target.progress ?? (targetRank > currentRank ? null : task.progress) })
+  if (targetRank > currentRank) return change(target)
+  if (target.status !== task.status) {
+    // same stage, new status (e.g. back from provider_status_unknown): progress still never goes back
+    const progress = target.progress === null || task.progress === null
+      ? (target.progress ?? task.progress)
+      : Math.max(target.progress, task.progress)
+    return change({ ...target, progress })
   }
   if (target.progress === null || target.progress === task.progress) return Outcome.Unchanged({ reason: "duplicate" })
   if (task.progress !== null && target.progress < task.progress) return Outcome.Ignored({ reason: "progress_backward" })

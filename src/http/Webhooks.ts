@@ -64,7 +64,8 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
         return status(401)
       }
 
-      const json = Either.try(() => JSON.parse(Buffer.from(body.right).toString("utf8")) as unknown)
+      const text = Buffer.from(body.right).toString("utf8")
+      const json = Either.try(() => JSON.parse(text) as unknown)
       const report = Either.flatMap(
         Either.mapLeft(json, () => "not JSON"),
         endpoint.value.protocol.parse
@@ -85,6 +86,7 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
         providerOccurredAt: verified.right.timestamp ?? report.right.providerUpdatedAt,
         signatureKeyVersion: verified.right.keyVersion,
         payloadHash,
+        body: text,
         payload: Either.getOrThrow(json)
       }).pipe(Effect.either)
       if (Either.isLeft(stored)) return status(503, "unavailable")

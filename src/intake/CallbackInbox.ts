@@ -15,8 +15,16 @@ export interface InboxEntry {
   readonly providerOccurredAt: Date | null
   readonly signatureKeyVersion: string
   readonly payloadHash: string
+  /** The verified body, as received. */
+  readonly body: string
   readonly payload: unknown
 }
+
+/** Whether jsonb can hold this JSON exactly (it refuses \u0000 and unpaired surrogates). */
+const jsonbSafe = (text: string): boolean =>
+  !/\\u0000/i.test(text) &&
+  !/\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}/i.test(text) &&
+  !/[\ud800-\udfff]/.test(text.replace(/[\ud800-\udbff][\udc00-\udfff]/g, ""))
 
 const toRecord = (e: InboxEntry) => ({
   provider: e.provider,
@@ -28,7 +36,8 @@ const toRecord = (e: InboxEntry) => ({
   provider_occurred_at: e.providerOccurredAt,
   signature_key_version: e.signatureKeyVersion,
   payload_hash: e.payloadHash,
-  payload: e.payload
+  body: e.body,
+  payload: jsonbSafe(e.body) ? e.payload : null
 })
 
 /**
@@ -45,13 +54,14 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
       sql<{ provider: string; dedup_key: string }>`
         WITH ins AS (
           INSERT INTO provider_callback_inbox (provider, dedup_key, provider_event_id, provider_task_id,
-            client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, payload)
+            client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, body, payload)
           SELECT r.provider, r.dedup_key, r.provider_event_id, r.provider_task_id, r.client_request_id,
-            r.attempt_id, r.provider_occurred_at, r.signature_key_version, decode(r.payload_hash, 'hex'), r.payload
+            r.attempt_id, r.provider_occurred_at, r.signature_key_version, decode(r.payload_hash, 'hex'), r.body,
+            r.payload
           FROM jsonb_to_recordset(${JSON.stringify(entries.map(toRecord))}::jsonb) AS r(
             provider text, dedup_key text, provider_event_id text, provider_task_id text, client_request_id text,
             attempt_id uuid, provider_occurred_at timestamptz, signature_key_version text, payload_hash text,
-            payload jsonb)
+            body text, payload jsonb)
           ON CONFLICT (provider, dedup_key) DO NOTHING
           RETURNING provider, dedup_key
         ), wake AS (

@@ -31,6 +31,7 @@ interface InboxRow {
   readonly provider_occurred_at: Date | null
   readonly received_at: Date
   readonly payload_hash: Buffer
+  readonly body: string | null
   readonly payload: unknown
   readonly retry_count: number
 }
@@ -71,7 +72,7 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
     ) due
     WHERE i.id = due.id
     RETURNING i.id, i.provider, i.dedup_key, i.provider_event_id, i.provider_task_id, i.client_request_id,
-      i.attempt_id, i.provider_occurred_at, i.received_at, i.payload_hash, i.payload, i.retry_count`
+      i.attempt_id, i.provider_occurred_at, i.received_at, i.payload_hash, i.body, i.payload, i.retry_count`
 
   const markProcessed = (id: number) =>
     sql`UPDATE provider_callback_inbox SET process_status = 'processed', processed_at = now(), next_retry_at = NULL,
@@ -105,7 +106,10 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
     Effect.gen(function*() {
       const protocol = webhookProtocols.get(row.provider)
       if (protocol === undefined) return yield* markDead(row.id, "unknown_provider", row.provider)
-      const report = protocol.parse(row.payload)
+      const payload = row.body === null
+        ? Either.right(row.payload)
+        : Either.try({ try: () => JSON.parse(row.body!) as unknown, catch: () => "stored body is not JSON" })
+      const report = Either.flatMap(payload, protocol.parse)
       if (Either.isLeft(report)) return yield* markDead(row.id, "unreadable", report.left)
       const [attempt] = yield* findAttempt(row, report.right)
       if (

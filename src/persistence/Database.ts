@@ -12,6 +12,7 @@ import core from "../../migrations/0001_core.js"
 import commitTaskChange from "../../migrations/0002_commit_task_change.js"
 import commitTaskChanges from "../../migrations/0003_commit_task_changes.js"
 import inboxAttempt from "../../migrations/0004_inbox_attempt.js"
+import inboxBody from "../../migrations/0005_inbox_body.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -27,7 +28,8 @@ const runMigrations = Migrator.make({})({
     "0001_core": core,
     "0002_commit_task_change": commitTaskChange,
     "0003_commit_task_changes": commitTaskChanges,
-    "0004_inbox_attempt": inboxAttempt
+    "0004_inbox_attempt": inboxAttempt,
+    "0005_inbox_body": inboxBody
   }),
   table: "app_migrations"
 })
