@@ -29,9 +29,11 @@ export default Effect.gen(function*() {
       v_project uuid;
       v_tenant uuid;
     BEGIN
+      -- FOR SHARE: an operator's fence change waits for writers in flight, and writers after it see it
       PERFORM 1 FROM region_write_fence f
       WHERE f.resource_scope = 'global' AND f.active_region = p_region AND f.write_epoch = p_epoch
-        AND f.mode NOT IN ('READ_ONLY', 'MAINTENANCE');
+        AND f.mode NOT IN ('READ_ONLY', 'MAINTENANCE')
+      FOR SHARE;
       fence_ok := FOUND;
       IF NOT fence_ok THEN RETURN; END IF;
 

@@ -51,7 +51,8 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
     const insert = (a: Admission) =>
       Effect.gen(function*() {
         const fence = yield* sql<{ active_region: string; write_epoch: number; mode: string }>`
-          SELECT active_region, write_epoch, mode FROM region_write_fence WHERE resource_scope = ${FENCE_SCOPE}`
+          SELECT active_region, write_epoch, mode FROM region_write_fence WHERE resource_scope = ${FENCE_SCOPE}
+          FOR SHARE`
         const f = fence[0]
         if (!f || f.active_region !== token.region || f.write_epoch !== token.epoch) {
           return yield* new WriteFenced({ reason: "this runner's region or epoch is not active" })
