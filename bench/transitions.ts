@@ -65,21 +65,27 @@ const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
 const admitMany = (n: number) =>
   Effect.flatMap(TaskAdmission, (admission) =>
-    Effect.forEach(Array.from({ length: n }), () =>
-      admission.admit({
-        tenantId: crypto.randomUUID() as TenantId,
-        projectId: crypto.randomUUID() as ProjectId,
-        userId: crypto.randomUUID() as UserId,
-        idempotencyKey: crypto.randomUUID(),
-        requestHash: "bench",
-        request: {},
-        provider: "simulator" as ProviderName,
-        model: "sim-1",
-        reserveAmount: 1,
-        traceId: "bench"
-      }).pipe(Effect.map(({ task }) => ({ taskId: task.id as TaskId, attemptId: task.currentAttemptId as AttemptId }))), {
-      concurrency: 16
-    }))
+    Effect.forEach(
+      Array.from({ length: n }),
+      () =>
+        admission.admit({
+          tenantId: crypto.randomUUID() as TenantId,
+          projectId: crypto.randomUUID() as ProjectId,
+          userId: crypto.randomUUID() as UserId,
+          idempotencyKey: crypto.randomUUID(),
+          requestHash: "bench",
+          request: {},
+          provider: "simulator" as ProviderName,
+          model: "sim-1",
+          reserveAmount: 1,
+          traceId: "bench"
+        }).pipe(
+          Effect.map(({ task }) => ({ taskId: task.id as TaskId, attemptId: task.currentAttemptId as AttemptId }))
+        ),
+      {
+        concurrency: 16
+      }
+    ))
 
 /** Every task walks its history, one outstanding request per task; returns transitions/s and latencies. */
 const measure = <R>(
@@ -102,11 +108,13 @@ const measure = <R>(
   })
 
 /** Observations are decoded once at the edge (webhook gateway, poller): built before timing starts. */
-const viaEntity = (observations: Map<TaskId, ReadonlyArray<ProviderObservation>>) =>
-(t: { taskId: TaskId; attemptId: AttemptId }, step: number) =>
-  Effect.flatMap(TaskClient, (client) => client.send(t.taskId, (c) => c.Observe(observations.get(t.taskId)![step]!))).pipe(
-    Effect.flatMap((r) => r.outcome === "changed" ? Effect.void : Effect.dieMessage(`not committed: ${r.reason}`))
-  )
+const viaEntity =
+  (observations: Map<TaskId, ReadonlyArray<ProviderObservation>>) =>
+  (t: { taskId: TaskId; attemptId: AttemptId }, step: number) =>
+    Effect.flatMap(TaskClient, (client) => client.send(t.taskId, (c) => c.Observe(observations.get(t.taskId)![step]!)))
+      .pipe(
+        Effect.flatMap((r) => r.outcome === "changed" ? Effect.void : Effect.dieMessage(`not committed: ${r.reason}`))
+      )
 
 /** The ceiling: the same commit statement, state kept in memory like the entity's cache, no cluster hop. */
 const viaStore = (cache: Map<TaskId, TaskState>) => (t: { taskId: TaskId }, step: number) =>
@@ -115,12 +123,18 @@ const viaStore = (cache: Map<TaskId, TaskState>) => (t: { taskId: TaskId }, step
     const state = cache.get(t.taskId) ?? Option.getOrThrow(yield* store.load(t.taskId))
     const h = history[step]!
     const status = h.status === "queued" ? "submitted" : h.status === "running" ? "running" : "provider_succeeded"
-    const change = makeChange(state.task, state.attempt, {
-      status,
-      stage: status === "submitted" ? "provider_queued" : status === "running" ? "generating" : "generated",
-      progress: h.progress,
-      errorCode: null
-    }, new Date(), { source: "poll", traceId: "bench" })
+    const change = makeChange(
+      state.task,
+      state.attempt,
+      {
+        status,
+        stage: status === "submitted" ? "provider_queued" : status === "running" ? "generating" : "generated",
+        progress: h.progress,
+        errorCode: null
+      },
+      new Date(),
+      { source: "poll", traceId: "bench" }
+    )
     const res = yield* store.commit(state.task, change)
     if (res._tag !== "Committed") return yield* Effect.dieMessage("ceiling commit lost its CAS")
     cache.set(t.taskId, { task: res.task, attempt: res.attempt })
@@ -160,11 +174,17 @@ const program = Effect.gen(function*() {
     }
     const e = median(entity.map((x) => x.perSecond))
     const r = median(ceiling.map((x) => x.perSecond))
-    console.log(`\n${TASKS} concurrent tasks x ${history.length} observations, PG pool ${POOL}, ${ROUNDS} rounds (medians)`)
-    console.log(`entity (cluster Observe -> transition -> one fenced CAS commit): ${e.toFixed(0)} transitions/s, ` +
-      `p50 ${median(entity.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(entity.map((x) => x.p99)).toFixed(1)} ms`)
-    console.log(`ceiling (same statement via TaskStore.commit, no cluster):      ${r.toFixed(0)} transitions/s, ` +
-      `p50 ${median(ceiling.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(ceiling.map((x) => x.p99)).toFixed(1)} ms`)
+    console.log(
+      `\n${TASKS} concurrent tasks x ${history.length} observations, PG pool ${POOL}, ${ROUNDS} rounds (medians)`
+    )
+    console.log(
+      `entity (cluster Observe -> transition -> one fenced CAS commit): ${e.toFixed(0)} transitions/s, ` +
+        `p50 ${median(entity.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(entity.map((x) => x.p99)).toFixed(1)} ms`
+    )
+    console.log(
+      `ceiling (same statement via TaskStore.commit, no cluster):      ${r.toFixed(0)} transitions/s, ` +
+        `p50 ${median(ceiling.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(ceiling.map((x) => x.p99)).toFixed(1)} ms`
+    )
     console.log(`ratio entity / ceiling: ${((e / r) * 100).toFixed(0)}%`)
   }).pipe(Effect.provide(stack))
 })

@@ -44,22 +44,57 @@ const makeRequest = (): Req => {
   const ts = Math.floor(now.getTime() / 1000)
   switch (i % 4) {
     case 0: {
-      const body = JSON.stringify({ id: `evt_${i}`, object: "event", created_at: ts, type: "video.completed", data: { id: `video_${i}` } })
+      const body = JSON.stringify({
+        id: `evt_${i}`,
+        object: "event",
+        created_at: ts,
+        type: "video.completed",
+        data: { id: `video_${i}` }
+      })
       const id = `msg_${i}`
-      return { path: "/webhooks/openai", body, headers: { "webhook-id": id, "webhook-timestamp": String(ts), "webhook-signature": new Webhook(OPENAI).sign(id, now, body) } }
+      return {
+        path: "/webhooks/openai",
+        body,
+        headers: {
+          "webhook-id": id,
+          "webhook-timestamp": String(ts),
+          "webhook-signature": new Webhook(OPENAI).sign(id, now, body)
+        }
+      }
     }
     case 1: {
       const body = JSON.stringify({ id: `pred_${i}`, status: "processing", output: null })
       const id = `msg_${i}`
-      return { path: "/webhooks/replicate", body, headers: { "webhook-id": id, "webhook-timestamp": String(ts), "webhook-signature": new Webhook(REPLICATE).sign(id, now, body) } }
+      return {
+        path: "/webhooks/replicate",
+        body,
+        headers: {
+          "webhook-id": id,
+          "webhook-timestamp": String(ts),
+          "webhook-signature": new Webhook(REPLICATE).sign(id, now, body)
+        }
+      }
     }
     case 2: {
-      const body = JSON.stringify({ request_id: `req_${i}`, status: "OK", payload: { video: { url: "https://x/v.mp4" } } })
-      const sig = sign(null, Buffer.from(falSigningString(`req_${i}`, "u", String(ts), Buffer.from(body))), fal.privateKey)
+      const body = JSON.stringify({
+        request_id: `req_${i}`,
+        status: "OK",
+        payload: { video: { url: "https://x/v.mp4" } }
+      })
+      const sig = sign(
+        null,
+        Buffer.from(falSigningString(`req_${i}`, "u", String(ts), Buffer.from(body))),
+        fal.privateKey
+      )
       return {
         path: "/webhooks/fal",
         body,
-        headers: { "x-fal-webhook-request-id": `req_${i}`, "x-fal-webhook-user-id": "u", "x-fal-webhook-timestamp": String(ts), "x-fal-webhook-signature": sig.toString("hex") }
+        headers: {
+          "x-fal-webhook-request-id": `req_${i}`,
+          "x-fal-webhook-user-id": "u",
+          "x-fal-webhook-timestamp": String(ts),
+          "x-fal-webhook-signature": sig.toString("hex")
+        }
       }
     }
     default: {
@@ -95,8 +130,7 @@ const cpuTicks = (pid: number) => {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
   return Number(fields[11]) + Number(fields[12]) // utime + stime, in clock ticks (100/s)
 }
-const rssMiB = (pid: number) =>
-  Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024
+const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024
 
 const percentile = (xs: Array<number>, p: number) => xs[Math.min(xs.length - 1, Math.floor(p * xs.length))] ?? 0
 
@@ -168,9 +202,17 @@ const main = async () => {
     const stored = (await rows.query("SELECT count(*)::int AS n FROM provider_callback_inbox")).rows[0].n
     await rows.end()
     console.log(`webhooks: ${SECONDS} s at concurrency ${CONCURRENCY}, 4 providers, 10% duplicates`)
-    console.log(`statuses: ${JSON.stringify(Object.fromEntries(statuses))}; inbox rows ${stored} (unique sent ${sent.length + 200})`)
+    console.log(
+      `statuses: ${JSON.stringify(Object.fromEntries(statuses))}; inbox rows ${stored} (unique sent ${
+        sent.length + 200
+      })`
+    )
     console.log(`accepted (204): ${(latencies.length / elapsed).toFixed(0)}/s`)
-    console.log(`latency of 204s: p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${percentile(latencies, 0.99).toFixed(1)} ms, p999 ${percentile(latencies, 0.999).toFixed(1)} ms`)
+    console.log(
+      `latency of 204s: p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${
+        percentile(latencies, 0.99).toFixed(1)
+      } ms, p999 ${percentile(latencies, 0.999).toFixed(1)} ms`
+    )
     console.log(`runner: CPU ${(cpuSeconds / elapsed * 100).toFixed(0)}% of one core, RSS ${rss.toFixed(0)} MiB`)
   } finally {
     runner.kill("SIGTERM")

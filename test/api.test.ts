@@ -53,7 +53,8 @@ const counts = (tenantId: string = tenant) =>
     const sql = yield* SqlClient.SqlClient
     const [row] = yield* sql<{ tasks: number; reserves: number; events: number; outbox: number }>`
       SELECT (SELECT count(*) FROM generation_tasks WHERE tenant_id = ${tenantId})::int AS tasks,
-             (SELECT count(*) FROM credit_ledger WHERE tenant_id = ${tenantId} AND ledger_type = 'reserve')::int AS reserves,
+             (SELECT count(*) FROM credit_ledger
+              WHERE tenant_id = ${tenantId} AND ledger_type = 'reserve')::int AS reserves,
              (SELECT count(*) FROM task_events WHERE tenant_id = ${tenantId})::int AS events,
              (SELECT count(*) FROM outbox_events o JOIN generation_tasks t ON t.id = o.aggregate_id
               WHERE t.tenant_id = ${tenantId})::int AS outbox`
@@ -99,7 +100,11 @@ describe.skipIf(noDatabase)("task API over HTTP with a cluster runner on Postgre
         const before = yield* counts()
         const results = yield* Effect.forEach(Array.from({ length: 8 }), () =>
           send("POST", tasksUrl, { key, json: body }), { concurrency: "unbounded" })
-        expect(new Set(results.map((r) => r.status))).toEqual(new Set([201]))
+        expect(
+          new Set(results.map((r) =>
+            r.status
+          ))
+        ).toEqual(new Set([201]))
         expect(new Set(results.map((r) => r.body.task_id)).size).toBe(1)
         const after = yield* counts()
         expect(after.tasks - before.tasks).toBe(1)
@@ -144,7 +149,10 @@ describe.skipIf(noDatabase)("task API over HTTP with a cluster runner on Postgre
         const [{ current_attempt_id }] = yield* sql<{ current_attempt_id: string }>`
           SELECT current_attempt_id FROM generation_tasks WHERE id = ${taskId}`
         const tasks = yield* TaskClient
-        yield* tasks.send(taskId, (c) => c.Observe(observation(current_attempt_id as never, "running", { progress: 30 })))
+        yield* tasks.send(
+          taskId,
+          (c) => c.Observe(observation(current_attempt_id as never, "running", { progress: 30 }))
+        )
         const got = yield* send("GET", `${tasksUrl}/${taskId}`)
         expect(got.status).toBe(200)
         expect(got.body).toMatchObject({ task_id: taskId, task_version: 2, status: "running", progress: 30 })

@@ -62,7 +62,10 @@ describe("npm start on the embedded PostgreSQL (PGlite)", () => {
     const project = crypto.randomUUID() as ProjectId
     process.env.AUTH_SECRET = SECRET
     const token = await Effect.runPromise(
-      Effect.flatMap(TokenSigner, (s) => s.sign({ tenant_id: tenant, sub: crypto.randomUUID() as UserId, projects: "*" }))
+      Effect.flatMap(
+        TokenSigner,
+        (s) => s.sign({ tenant_id: tenant, sub: crypto.randomUUID() as UserId, projects: "*" })
+      )
         .pipe(Effect.provide(TokenSigner.Default))
     )
     const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }

@@ -31,8 +31,10 @@ const rows = (taskId: string) =>
   })
 
 const setFence = (mode: string, epoch = 1) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql`UPDATE region_write_fence SET mode = ${mode}, write_epoch = ${epoch} WHERE resource_scope = 'global'`)
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql`UPDATE region_write_fence SET mode = ${mode}, write_epoch = ${epoch} WHERE resource_scope = 'global'`
+  )
 
 describe.skipIf(noDatabase)("GenerationTask entity on PostgreSQL", () => {
   it.layer(layerStores(layerTestDatabase()), { timeout: 60_000 })((it) => {

@@ -29,12 +29,18 @@ describe.skipIf(noDatabase)("group commit", () => {
               submitState: "SUBMITTED",
               providerTaskId: i < 2 ? duplicateJob : `job-${state.task.id}`
             }, trusted)
-            const change = makeChange(state.task, attempt, {
-              status: "submitted",
-              stage: "provider_queued",
-              progress: null,
-              errorCode: null
-            }, new Date(), { source: "poll", traceId: "t" })
+            const change = makeChange(
+              state.task,
+              attempt,
+              {
+                status: "submitted",
+                stage: "provider_queued",
+                progress: null,
+                errorCode: null
+              },
+              new Date(),
+              { source: "poll", traceId: "t" }
+            )
             return yield* store.commit(state.task, change)
           }).pipe(Effect.exit), { concurrency: "unbounded" })
 

@@ -32,7 +32,9 @@ describe("Standard Webhooks", () => {
   })
 
   it("accepts the specification's test vector", () => {
-    expect(check(headers())).toEqual(Either.right({ keyVersion: "current", eventId: vector.id, timestamp: at(1614265330) }))
+    expect(check(headers())).toEqual(
+      Either.right({ keyVersion: "current", eventId: vector.id, timestamp: at(1614265330) })
+    )
   })
 
   it("accepts any of several space-separated signatures, and the previous key during rotation", () => {

@@ -18,7 +18,14 @@ Object.assign(process.env, {
 class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
 
 const TestLayer = Layer.mergeAll(
-  Layer.scoped(Sim, serveSimulator({ openaiSecret: "whsec_" + "A".repeat(44), replicateSecret: "whsec_" + "B".repeat(44), openaiWebhookUrl: null }))
+  Layer.scoped(
+    Sim,
+    serveSimulator({
+      openaiSecret: "whsec_" + "A".repeat(44),
+      replicateSecret: "whsec_" + "B".repeat(44),
+      openaiWebhookUrl: null
+    })
+  )
     .pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort }))),
   ProviderClients.Default
 ).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs))
@@ -41,7 +48,11 @@ describe("provider clients against the simulator", () => {
     it.effect("every provider's query API walks queued → running → its outcome, normalized", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim
-        yield* simulator.setFaults({ jobDurationMs: 600, queuedShare: 0.3, outcomes: { succeeded: 1, failed: 0, canceled: 0 } })
+        yield* simulator.setFaults({
+          jobDurationMs: 600,
+          queuedShare: 0.3,
+          outcomes: { succeeded: 1, failed: 0, canceled: 0 }
+        })
         for (const provider of PROVIDERS) {
           const { client, providerTaskId } = yield* submitOne(provider)
           const first = yield* client.query(providerTaskId, "sim-video")

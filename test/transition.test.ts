@@ -153,13 +153,16 @@ const historyArb = (withSequence: boolean): fc.Arbitrary<History> =>
   fc.record({
     queued: fc.boolean(),
     starting: fc.boolean(),
-    progress: fc.uniqueArray(fc.integer({ min: 1, max: 99 }), { maxLength: 8 }).map((xs) => [...xs].sort((a, b) => a - b)),
+    progress: fc.uniqueArray(fc.integer({ min: 1, max: 99 }), { maxLength: 8 }).map((xs) =>
+      [...xs].sort((a, b) => a - b)
+    ),
     terminal: fc.constantFrom<"succeeded" | "failed" | "canceled" | null>("succeeded", "failed", "canceled", null),
     dupCount: fc.nat({ max: 10 }),
     seed: fc.integer()
   }).chain((h) => {
-    const steps: Array<Omit<Parameters<typeof observe>[1] & object, "seq"> & { status: ProviderObservation["status"] }> =
-      []
+    const steps: Array<
+      Omit<Parameters<typeof observe>[1] & object, "seq"> & { status: ProviderObservation["status"] }
+    > = []
     if (h.queued) steps.push({ status: "queued" })
     if (h.starting) steps.push({ status: "running", stage: "starting" })
     for (const p of h.progress) steps.push({ status: "running", stage: "generating", progress: p })

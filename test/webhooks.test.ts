@@ -78,10 +78,12 @@ const post = (path: string, body: string, headers: Record<string, string>, conte
   }).pipe(Effect.orDie)
 
 const inboxRows = (provider: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ n: number }>`SELECT count(*)::int AS n FROM provider_callback_inbox WHERE provider = ${provider}`).pipe(
-      Effect.map((r) => r[0]!.n)
-    )
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql<{ n: number }>`SELECT count(*)::int AS n FROM provider_callback_inbox WHERE provider = ${provider}`
+  ).pipe(
+    Effect.map((r) => r[0]!.n)
+  )
 
 /** A task with provider `provider` whose first attempt was accepted under `providerTaskId`. */
 const submittedTask = (provider: string, providerTaskId: string) =>
@@ -101,10 +103,12 @@ const eventually = <A>(effect: Effect.Effect<A, unknown, SqlClient.SqlClient>, p
   )
 
 const taskRow = (taskId: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ status: string; version: number }>`SELECT status, version FROM generation_tasks WHERE id = ${taskId}`).pipe(
-      Effect.map((r) => r[0]!)
-    )
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql<{ status: string; version: number }>`SELECT status, version FROM generation_tasks WHERE id = ${taskId}`
+  ).pipe(
+    Effect.map((r) => r[0]!)
+  )
 
 describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
   layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
@@ -130,8 +134,11 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         const body = openaiEvent(videoId)
         const headers = signOpenAI(body)
         const before = yield* inboxRows("openai")
-        const results = yield* Effect.forEach(Array.from({ length: 100 }), () =>
-          post("/webhooks/openai", body, headers), { concurrency: 32 })
+        const results = yield* Effect.forEach(
+          Array.from({ length: 100 }),
+          () => post("/webhooks/openai", body, headers),
+          { concurrency: 32 }
+        )
         expect(new Set(results.map((r) => r.status))).toEqual(new Set([204]))
         expect((yield* inboxRows("openai")) - before).toBe(1)
         yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
@@ -182,10 +189,17 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
       Effect.gen(function*() {
         const requestId = `req-${uuid()}`
         const { taskId } = yield* submittedTask("fal", requestId)
-        const body = JSON.stringify({ request_id: requestId, status: "OK", payload: { video: { url: "https://x/v.mp4" } } })
+        const body = JSON.stringify({
+          request_id: requestId,
+          status: "OK",
+          payload: { video: { url: "https://x/v.mp4" } }
+        })
         const ts = String(nowSeconds())
-        const sig = sign(null, Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(body))),
-          fal.privateKey).toString("hex")
+        const sig = sign(
+          null,
+          Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(body))),
+          fal.privateKey
+        ).toString("hex")
         const falHeaders = {
           "x-fal-webhook-request-id": requestId,
           "x-fal-webhook-user-id": "user-1",
@@ -198,8 +212,11 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
         // the signature covers the request id in the headers: a body about another request is refused
         const otherBody = JSON.stringify({ request_id: `req-${uuid()}`, status: "OK", payload: {} })
-        const otherSig = sign(null, Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(otherBody))),
-          fal.privateKey).toString("hex")
+        const otherSig = sign(
+          null,
+          Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(otherBody))),
+          fal.privateKey
+        ).toString("hex")
         expect((yield* post("/webhooks/fal", otherBody, { ...falHeaders, "x-fal-webhook-signature": otherSig })).status)
           .toBe(401)
 
@@ -245,7 +262,8 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
       Effect.gen(function*() {
         const videoId = `video_${uuid()}`
         const { taskId } = yield* submittedTask("openai", videoId)
-        const body = `{"id":"evt_${uuid()}","object":"event","note":"nul \\u0000 and \\ud800","created_at":${nowSeconds()},` +
+        const body =
+          `{"id":"evt_${uuid()}","object":"event","note":"nul \\u0000 and \\ud800","created_at":${nowSeconds()},` +
           `"type":"video.completed","data":{"id":"${videoId}"}}`
         expect((yield* post("/webhooks/openai", body, signOpenAI(body))).status).toBe(204)
         yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")

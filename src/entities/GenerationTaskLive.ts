@@ -1,9 +1,9 @@
 import { Entity } from "@effect/cluster"
 import { Clock, Effect, Option, Ref } from "effect"
+import { type TaskState, TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import { trusted } from "../schema/task.js"
-import { TaskStore, type TaskState } from "../persistence/TaskStore.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "./transition.js"
 

@@ -233,7 +233,9 @@ export const transition = (
     if (o.status === "succeeded") return Outcome.Unchanged({ reason: "duplicate" })
     // A cancel acknowledged after the job finished (the cancel/success race) leaves a usable output: keep it and
     // let cost reconciliation look. A failure reported after success puts the output in doubt: a human decides.
-    if (o.status === "canceled") return Outcome.Conflict({ reason: "canceled after provider success", escalation: null })
+    if (o.status === "canceled") {
+      return Outcome.Conflict({ reason: "canceled after provider success", escalation: null })
+    }
     if (o.status === "failed") {
       return Outcome.Conflict({ reason: "failed after provider success", escalation: escalate() })
     }
@@ -293,12 +295,17 @@ export const requestCancel = (
   }
   const neverSent = task.status === "queued" && (attempt === null || attempt.submitState === "PREPARED")
   const status: TaskStatus = neverSent ? "canceled" : "cancel_requested"
-  const nextAttempt = neverSent && attempt !== null ? new AttemptSnapshot({ ...attempt, submitState: "CANCELLED" }, trusted) : attempt
+  const nextAttempt = neverSent && attempt !== null
+    ? new AttemptSnapshot({ ...attempt, submitState: "CANCELLED" }, trusted)
+    : attempt
   return Outcome.Changed({
     change: makeChange(task, nextAttempt, { ...current(task), status, errorCode: null }, now, meta)
   })
 }
 
-/** Every change stays inside DESIGN §6's table with version + 1: checked by the property tests and by the entity before it commits. */
+/**
+ * Every change stays inside DESIGN §6's table with version + 1: checked by the property tests and by the entity
+ * before it commits.
+ */
 export const changeIsAllowed = (from: TaskSnapshot, change: Change): boolean =>
   isAllowed(from.status, change.task.status) && change.task.version === from.version + 1

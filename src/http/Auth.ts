@@ -32,7 +32,10 @@ const ISSUER = "task-control-plane"
 export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
   effect: Effect.gen(function*() {
     const secret = yield* Config.redacted("AUTH_SECRET").pipe(
-      Config.validate({ message: "AUTH_SECRET must be at least 32 characters", validation: (s) => Redacted.value(s).length >= 32 }),
+      Config.validate({
+        message: "AUTH_SECRET must be at least 32 characters",
+        validation: (s) => Redacted.value(s).length >= 32
+      }),
       Config.option
     )
     const key = new TextEncoder().encode(

@@ -10,7 +10,7 @@ import { canSee, Principal } from "./Auth.js"
 import type { CreateTaskRequest } from "./TasksApi.js"
 import { TaskView } from "./TasksApi.js"
 
-export const toView = (t: TaskSnapshot): TaskView =>
+const toView = (t: TaskSnapshot): TaskView =>
   new TaskView({
     task_id: t.id,
     project_id: t.projectId,

@@ -58,7 +58,11 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
         return body.left._tag === "BodyTooLarge" ? status(413, "body too large") : status(408, "body timeout")
       }
       const url = new URL(request.url, "http://gateway")
-      const verified = yield* endpoint.value.verify({ headers: request.headers, query: url.searchParams, body: body.right })
+      const verified = yield* endpoint.value.verify({
+        headers: request.headers,
+        query: url.searchParams,
+        body: body.right
+      })
       if (Either.isLeft(verified)) {
         yield* Effect.logWarning("webhook refused").pipe(Effect.annotateLogs({ provider, reason: verified.left }))
         return status(401)

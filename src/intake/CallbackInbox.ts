@@ -71,7 +71,9 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
         Effect.map((rows) => {
           const stored = new Set(rows.map((r) => `${r.provider}\u0000${r.dedup_key}`))
           return entries.map((e) =>
-            Either.right<"stored" | "duplicate">(stored.has(`${e.provider}\u0000${e.dedupKey}`) ? "stored" : "duplicate")
+            Either.right<"stored" | "duplicate">(
+              stored.has(`${e.provider}\u0000${e.dedupKey}`) ? "stored" : "duplicate"
+            )
           )
         })
       )
@@ -85,9 +87,10 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
             entries.length === 1
               ? Effect.succeed([Either.left(error)])
               : Effect.forEach(entries, (e) =>
-                insert([e]).pipe(Effect.map((r) => r[0]!), Effect.catchTag("SqlError", (err) =>
-                  Effect.succeed(Either.left(err)))))
-          )
+                insert([e]).pipe(
+                  Effect.map((r) => r[0]!),
+                  Effect.catchTag("SqlError", (err) => Effect.succeed(Either.left(err)))
+                )))
         )
     })
 

@@ -13,7 +13,7 @@ import { trusted } from "../schema/task.js"
 import { INBOX_CHANNEL } from "./CallbackInbox.js"
 
 /** How each provider's stored callback bodies read (the gateway verified and checked them on the way in). */
-export const webhookProtocols: ReadonlyMap<string, WebhookProtocol> = new Map([
+const webhookProtocols: ReadonlyMap<string, WebhookProtocol> = new Map([
   ["openai", openaiWebhooks],
   ["replicate", replicateWebhooks],
   ["fal", falWebhooks],
@@ -116,7 +116,11 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         attempt !== undefined && attempt.provider_task_id !== null && report.right.providerTaskId !== null &&
         attempt.provider_task_id !== report.right.providerTaskId
       ) {
-        return yield* markDead(row.id, "attempt_mismatch", `${report.right.providerTaskId} is not ${attempt.provider_task_id}`)
+        return yield* markDead(
+          row.id,
+          "attempt_mismatch",
+          `${report.right.providerTaskId} is not ${attempt.provider_task_id}`
+        )
       }
       if (attempt === undefined) {
         const flagged = row.retry_count + 1 >= flagAfter

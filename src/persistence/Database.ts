@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import * as Migrator from "@effect/sql/Migrator"
 import { PgClient } from "@effect/sql-pg"
+import * as Migrator from "@effect/sql/Migrator"
 import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
 import { Config, Effect, Layer, Option, Redacted } from "effect"

@@ -20,12 +20,15 @@ export const makeGroupCommit = <I, O, E>(options: {
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Entry>(), (q) =>
       Effect.flatMap(Queue.takeAll(q), (rest) =>
         Effect.zipRight(
-          Effect.forEach(rest, (e) => Deferred.interrupt(e.done), { discard: true }),
+          Effect.forEach(rest, (e) =>
+            Deferred.interrupt(e.done), { discard: true }),
           Queue.shutdown(q)
         )))
 
     const runBatch = (batch: ReadonlyArray<Entry>) =>
-      Effect.suspend(() => options.run(batch.map((e) => e.item))).pipe(
+      Effect.suspend(() =>
+        options.run(batch.map((e) => e.item))
+      ).pipe(
         Effect.exit,
         Effect.flatMap((exit) =>
           Effect.forEach(batch, (e, i) =>

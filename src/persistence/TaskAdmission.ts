@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import { Data, Effect, Option, Schedule } from "effect"
 import type { SqlError } from "@effect/sql/SqlError"
+import { Data, Effect, Option, Schedule } from "effect"
 import { IdempotencyKeyReused, ProjectNotFound, StorageUnavailable, WriteFenced } from "../schema/errors.js"
 import type { PublicTaskPayload } from "../schema/events.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"

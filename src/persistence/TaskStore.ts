@@ -2,8 +2,8 @@ import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Config, Effect, Either, Option } from "effect"
 import type { Change } from "../entities/transition.js"
-import { StorageUnavailable, WriteFenced } from "../schema/errors.js"
 import { EventCursor } from "../schema/cursor.js"
+import { StorageUnavailable, WriteFenced } from "../schema/errors.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
@@ -140,8 +140,8 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
           Effect.catchTag("SqlError", (error) =>
             sorted.length === 1
               ? Effect.succeed([Either.left(error)])
-              : Effect.forEach(sorted, (item) =>
-                runBatch([item]).pipe(Effect.map((rows) => rows[0]!), Effect.either)).pipe(Effect.map(unsort)))
+              : Effect.forEach(sorted, (item) => runBatch([item]).pipe(Effect.map((rows) => rows[0]!), Effect.either))
+                .pipe(Effect.map(unsort)))
         )
       }
     })
@@ -204,7 +204,9 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
       yield* sql`
         INSERT INTO task_reconciliations (task_id, attempt_id, reason, dedup_key, observation)
         VALUES (${taskId}, ${attemptId}, ${reason}, ${observation.dedupKey},
-                ${JSON.stringify({ status: observation.status, source: observation.source, provider: observation.provider })}::jsonb)
+                ${
+        JSON.stringify({ status: observation.status, source: observation.source, provider: observation.provider })
+      }::jsonb)
         ON CONFLICT (task_id, dedup_key) DO NOTHING`
     }, Effect.catchTag("SqlError", unavailable))
 

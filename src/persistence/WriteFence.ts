@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Effect, Layer } from "effect"
+import { Config, Effect } from "effect"
 
 export const FENCE_SCOPE = "global"
 
@@ -32,6 +32,4 @@ export class WriteFence extends Effect.Service<WriteFence>()("WriteFence", {
     const token: FenceToken = { region, epoch }
     return { token } as const
   }).pipe(Effect.orDie)
-}) {
-  static readonly layerToken = (token: FenceToken) => Layer.succeed(WriteFence, WriteFence.make({ token }))
-}
+}) {}

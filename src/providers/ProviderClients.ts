@@ -1,11 +1,11 @@
 import { HttpBody, HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Config, Data, Duration, Effect, Option, Redacted, Schema } from "effect"
-import { FalStatus, falOutputUrls, falStatusReport } from "./fal.js"
+import { falOutputUrls, FalStatus, falStatusReport } from "./fal.js"
 import { LumaGeneration, lumaReport } from "./luma.js"
 import { OpenAIVideo, openaiVideoReport } from "./openai.js"
 import type { ProviderReport } from "./ProviderAdapter.js"
 import { ReplicatePrediction, replicateReport } from "./replicate.js"
-import { RunwayTask, runwayReport } from "./runway.js"
+import { runwayReport, RunwayTask } from "./runway.js"
 import { callbackToken } from "./signatures.js"
 import { VeoOperation, veoReport } from "./veo.js"
 
@@ -32,7 +32,9 @@ export interface SubmitRequest {
 
 /** Submit, query and cancel for one provider, normalized into ProviderReport and classified errors. */
 export interface ProviderClient {
-  readonly submit: (r: SubmitRequest) => Effect.Effect<{ readonly providerTaskId: string }, SubmitRejected | SubmitUnknown>
+  readonly submit: (
+    r: SubmitRequest
+  ) => Effect.Effect<{ readonly providerTaskId: string }, SubmitRejected | SubmitUnknown>
   readonly query: (providerTaskId: string, model: string) => Effect.Effect<ProviderReport, ProviderCallFailed>
   readonly cancel: (providerTaskId: string, model: string) => Effect.Effect<void, ProviderCallFailed>
 }
@@ -122,7 +124,8 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
           })
         )
 
-      const submitWith = <A, I>(path: string, body: unknown, schema: Schema.Schema<A, I>, idOf: (a: A) => string) =>
+      const submitWith =
+        <A, I>(path: string, body: unknown, schema: Schema.Schema<A, I>, idOf: (a: A) => string) =>
         (r: SubmitRequest) =>
           request("POST", path, body, r.clientRequestId).pipe(
             // no response: the request may have been processed
@@ -145,19 +148,29 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
         case "openai":
           return {
             submit: (r) =>
-              submitWith("/v1/videos", { model: r.model, prompt: r.prompt, seconds: String(r.durationSeconds) }, OpenAIVideo, (v) => v.id)(r),
+              submitWith(
+                "/v1/videos",
+                { model: r.model, prompt: r.prompt, seconds: String(r.durationSeconds) },
+                OpenAIVideo,
+                (v) => v.id
+              )(r),
             query: (id) => Effect.map(call("GET", `/v1/videos/${id}`, OpenAIVideo), openaiVideoReport),
             cancel: (id) => Effect.asVoid(call("DELETE", `/v1/videos/${id}`, Schema.Unknown))
           }
         case "replicate":
           return {
             submit: (r) =>
-              submitWith("/v1/predictions", {
-                version: r.model,
-                input: { prompt: r.prompt, duration: r.durationSeconds },
-                webhook: webhookUrl("replicate"),
-                webhook_events_filter: ["start", "completed"]
-              }, ReplicatePrediction, (p) => p.id)(r),
+              submitWith(
+                "/v1/predictions",
+                {
+                  version: r.model,
+                  input: { prompt: r.prompt, duration: r.durationSeconds },
+                  webhook: webhookUrl("replicate"),
+                  webhook_events_filter: ["start", "completed"]
+                },
+                ReplicatePrediction,
+                (p) => p.id
+              )(r),
             query: (id) => Effect.map(call("GET", `/v1/predictions/${id}`, ReplicatePrediction), replicateReport),
             cancel: (id) => Effect.asVoid(call("POST", `/v1/predictions/${id}/cancel`, Schema.Unknown))
           }
@@ -175,22 +188,35 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
               Effect.flatMap(call("GET", `/${model}/requests/${id}/status`, FalStatus), (s) =>
                 s.status !== "COMPLETED"
                   ? Effect.succeed(falStatusReport(id, s))
-                  : Effect.map(callWithStatus("GET", `/${model}/requests/${id}`, Schema.Unknown, undefined, [400, 422]), (r): ProviderReport =>
-                    r.status === 200
-                      ? { ...falStatusReport(id, s), eventType: "result.OK", status: "succeeded", outputRefs: falOutputUrls(r.body) }
-                      : {
-                        ...falStatusReport(id, s),
-                        eventType: "result.ERROR",
-                        status: "failed",
-                        errorClass: "provider_failed",
-                        errorCode: `http_${r.status}`
-                      })),
+                  : Effect.map(
+                    callWithStatus("GET", `/${model}/requests/${id}`, Schema.Unknown, undefined, [400, 422]),
+                    (r): ProviderReport =>
+                      r.status === 200
+                        ? {
+                          ...falStatusReport(id, s),
+                          eventType: "result.OK",
+                          status: "succeeded",
+                          outputRefs: falOutputUrls(r.body)
+                        }
+                        : {
+                          ...falStatusReport(id, s),
+                          eventType: "result.ERROR",
+                          status: "failed",
+                          errorClass: "provider_failed",
+                          errorCode: `http_${r.status}`
+                        }
+                  )),
             cancel: (id, model) => Effect.asVoid(call("PUT", `/${model}/requests/${id}/cancel`, Schema.Unknown))
           }
         case "runway":
           return {
             submit: (r) =>
-              submitWith("/v1/image_to_video", { model: r.model, promptText: r.prompt, duration: r.durationSeconds }, Schema.Struct({ id: Schema.String }), (a) => a.id)(r),
+              submitWith(
+                "/v1/image_to_video",
+                { model: r.model, promptText: r.prompt, duration: r.durationSeconds },
+                Schema.Struct({ id: Schema.String }),
+                (a) => a.id
+              )(r),
             query: (id) => Effect.map(call("GET", `/v1/tasks/${id}`, RunwayTask), runwayReport),
             cancel: (id) => Effect.asVoid(call("DELETE", `/v1/tasks/${id}`, Schema.Unknown))
           }
@@ -201,11 +227,16 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
                 onNone: () => "",
                 onSome: (s) => callbackToken(Redacted.value(s), "luma", r.attemptId)
               })
-              return submitWith("/dream-machine/v1/generations", {
-                prompt: r.prompt,
-                model: r.model,
-                callback_url: `${webhookUrl("luma")}?attempt=${r.attemptId}&token=${token}`
-              }, LumaGeneration, (g) => g.id)(r)
+              return submitWith(
+                "/dream-machine/v1/generations",
+                {
+                  prompt: r.prompt,
+                  model: r.model,
+                  callback_url: `${webhookUrl("luma")}?attempt=${r.attemptId}&token=${token}`
+                },
+                LumaGeneration,
+                (g) => g.id
+              )(r)
             },
             query: (id) => Effect.map(call("GET", `/dream-machine/v1/generations/${id}`, LumaGeneration), lumaReport),
             cancel: (id) => Effect.asVoid(call("DELETE", `/dream-machine/v1/generations/${id}`, Schema.Unknown))
@@ -213,10 +244,15 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
         default:
           return {
             submit: (r) =>
-              submitWith(`/v1/models/${r.model}/predictLongRunning`, {
-                instances: [{ prompt: r.prompt }],
-                parameters: { durationSeconds: r.durationSeconds }
-              }, Schema.Struct({ name: Schema.String }), (a) => a.name)(r),
+              submitWith(
+                `/v1/models/${r.model}/predictLongRunning`,
+                {
+                  instances: [{ prompt: r.prompt }],
+                  parameters: { durationSeconds: r.durationSeconds }
+                },
+                Schema.Struct({ name: Schema.String }),
+                (a) => a.name
+              )(r),
             query: (name) => Effect.map(call("GET", `/v1/${name}`, VeoOperation), veoReport),
             // Veo has no cancel for generations: the operation runs to its end
             cancel: () => Effect.void

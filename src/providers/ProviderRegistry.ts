@@ -72,7 +72,10 @@ const makeFalKeys = (url: string) =>
         Effect.timeout("5 seconds"),
         Effect.tap((jwks) => Ref.set(cache, { keys: jwks.keys, fetchedAt: now, triedAt: now })),
         Effect.tapError((e) =>
-          Effect.zipRight(Ref.update(cache, (c) => ({ ...c, triedAt: now })), Effect.logWarning("fal JWKS fetch failed", e))
+          Effect.zipRight(
+            Ref.update(cache, (c) => ({ ...c, triedAt: now })),
+            Effect.logWarning("fal JWKS fetch failed", e)
+          )
         ),
         Effect.ignore
       )
@@ -104,8 +107,11 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
     const standard = (protocol: WebhookProtocol, secrets: ReadonlyArray<VersionedSecret>): WebhookEndpoint => ({
       protocol,
       verify: (r) =>
-        Effect.map(now, (now) =>
-          verifyStandardWebhook({ secrets, headers: r.headers, body: r.body, now, toleranceSeconds: tolerance }))
+        Effect.map(
+          now,
+          (now) =>
+            verifyStandardWebhook({ secrets, headers: r.headers, body: r.body, now, toleranceSeconds: tolerance })
+        )
     })
 
     const endpoints = new Map<string, WebhookEndpoint>()
@@ -132,7 +138,14 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
           Effect.gen(function*() {
             const at = yield* now
             const check = (k: ReadonlyArray<Ed25519Jwk>) =>
-              verifyFalWebhook({ keys: k, userId, headers: r.headers, body: r.body, now: at, toleranceSeconds: tolerance })
+              verifyFalWebhook({
+                keys: k,
+                userId,
+                headers: r.headers,
+                body: r.body,
+                now: at,
+                toleranceSeconds: tolerance
+              })
             const first = check(yield* keys(false))
             if (Either.isRight(first) || first.left !== "bad_signature") return first
             return check(yield* keys(true))
@@ -141,8 +154,8 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
     }
 
     return {
-      webhookEndpoint: (provider: string): Option.Option<WebhookEndpoint> => Option.fromNullable(endpoints.get(provider)),
-      callbackTokenSecret: Option.fromNullable(callbackTokens[0]?.secret)
+      webhookEndpoint: (provider: string): Option.Option<WebhookEndpoint> =>
+        Option.fromNullable(endpoints.get(provider))
     } as const
   })
 }) {}

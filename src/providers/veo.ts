@@ -5,7 +5,9 @@ import type { ProviderReport } from "./ProviderAdapter.js"
 export const VeoOperation = Schema.Struct({
   name: Schema.String,
   done: Schema.optional(Schema.Boolean),
-  error: Schema.optional(Schema.Struct({ code: Schema.optional(Schema.Number), message: Schema.optional(Schema.String) })),
+  error: Schema.optional(
+    Schema.Struct({ code: Schema.optional(Schema.Number), message: Schema.optional(Schema.String) })
+  ),
   response: Schema.optional(Schema.Struct({
     videos: Schema.optional(Schema.Array(Schema.Struct({ gcsUri: Schema.optional(Schema.String) })))
   }))

@@ -34,4 +34,8 @@ const program = Effect.gen(function*() {
   yield* Console.log(token)
 })
 
-program.pipe(Effect.provide(TokenSigner.Default), Effect.provide(Logger.minimumLogLevel(LogLevel.Error)), NodeRuntime.runMain)
+program.pipe(
+  Effect.provide(TokenSigner.Default),
+  Effect.provide(Logger.minimumLogLevel(LogLevel.Error)),
+  NodeRuntime.runMain
+)

@@ -15,9 +15,6 @@ export type ProjectId = typeof ProjectId.Type
 export const UserId = Schema.UUID.pipe(Schema.brand("UserId"))
 export type UserId = typeof UserId.Type
 
-export const TraceId = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128), Schema.brand("TraceId"))
-export type TraceId = typeof TraceId.Type
-
 /** A provider name as configured (openai, replicate, fal, runway, luma, veo, simulator ...). */
 export const ProviderName = Schema.String.pipe(
   Schema.pattern(/^[a-z][a-z0-9_-]{0,31}$/),

@@ -28,7 +28,7 @@ export const TaskStatus = Schema.Literal(
 )
 export type TaskStatus = typeof TaskStatus.Type
 
-export const terminalStatuses: ReadonlySet<TaskStatus> = new Set(["ready", "failed", "canceled"])
+const terminalStatuses: ReadonlySet<TaskStatus> = new Set(["ready", "failed", "canceled"])
 export const isTerminal = (status: TaskStatus): boolean => terminalStatuses.has(status)
 
 /**

@@ -44,15 +44,21 @@ export const makeSimulator = (options: SimulatorOptions) =>
     const submissions = new Map<string, number>()
     const stats = { webhooksSent: 0, webhooksDropped: 0, webhooksDuplicated: 0, queries: 0, throttled: 0 }
     const fal = generateKeyPairSync("ed25519")
-    const signers: Signers = { openaiSecret: options.openaiSecret, replicateSecret: options.replicateSecret, falKey: fal.privateKey }
+    const signers: Signers = {
+      openaiSecret: options.openaiSecret,
+      replicateSecret: options.replicateSecret,
+      falKey: fal.privateKey
+    }
     const timelines = yield* FiberMap.make<string>()
     let seq = 0
 
     const deliverOnce = (url: string, body: string, headers: Record<string, string>) =>
-      client.execute(HttpClientRequest.post(url).pipe(
-        HttpClientRequest.setHeaders(headers),
-        HttpClientRequest.bodyText(body, "application/json")
-      )).pipe(
+      client.execute(
+        HttpClientRequest.post(url).pipe(
+          HttpClientRequest.setHeaders(headers),
+          HttpClientRequest.bodyText(body, "application/json")
+        )
+      ).pipe(
         Effect.map((res) => res.status >= 200 && res.status < 300),
         Effect.timeout("10 seconds"),
         Effect.orElseSucceed(() => false),
@@ -145,14 +151,23 @@ export const makeSimulator = (options: SimulatorOptions) =>
         return yield* handler
       })
 
-    const submit = (provider: SimProvider, respond: (job: Job) => unknown, webhookOf: (b: typeof Submit.Type, q: URLSearchParams) => string | null) =>
+    const submit = (
+      provider: SimProvider,
+      respond: (job: Job) => unknown,
+      webhookOf: (b: typeof Submit.Type, q: URLSearchParams) => string | null
+    ) =>
       withFaults(Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
         const body = yield* Effect.orElseSucceed(HttpServerRequest.schemaBodyJson(Submit), () => null)
         if (body === null) return json({ error: "invalid body" }, 400)
         const url = new URL(request.url, "http://sim")
         const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
-        const job = yield* create(provider, key, body.model ?? body.version ?? "default", webhookOf(body, url.searchParams))
+        const job = yield* create(
+          provider,
+          key,
+          body.model ?? body.version ?? "default",
+          webhookOf(body, url.searchParams)
+        )
         const f = yield* Ref.get(faults)
         // accepted, but the response is lost: the client sees a timeout after the job exists
         if (Math.random() < f.submitAcceptThenTimeout) yield* Effect.sleep("10 minutes")
@@ -183,33 +198,51 @@ export const makeSimulator = (options: SimulatorOptions) =>
 
     const providerRoutes = HttpRouter.empty.pipe(
       // OpenAI Videos
-      HttpRouter.post("/openai/v1/videos", submit("openai", (j) => renderJob(j, j.createdAt), () => options.openaiWebhookUrl)),
+      HttpRouter.post(
+        "/openai/v1/videos",
+        submit("openai", (j) => renderJob(j, j.createdAt), () => options.openaiWebhookUrl)
+      ),
       HttpRouter.get("/openai/v1/videos/:id", jobResponse("openai")),
       HttpRouter.del("/openai/v1/videos/:id", cancel("openai")),
       // Replicate
-      HttpRouter.post("/replicate/v1/predictions", submit("replicate", (j) => renderJob(j, j.createdAt), (b) => b.webhook ?? null)),
+      HttpRouter.post(
+        "/replicate/v1/predictions",
+        submit("replicate", (j) => renderJob(j, j.createdAt), (b) => b.webhook ?? null)
+      ),
       HttpRouter.get("/replicate/v1/predictions/:id", jobResponse("replicate")),
       HttpRouter.post("/replicate/v1/predictions/:id/cancel", cancel("replicate")),
       // fal.ai queue
-      HttpRouter.post("/fal/:app", submit("fal", (j) => ({ request_id: j.id, status: "IN_QUEUE" }), (_, q) => q.get("fal_webhook"))),
+      HttpRouter.post(
+        "/fal/:app",
+        submit("fal", (j) => ({ request_id: j.id, status: "IN_QUEUE" }), (_, q) => q.get("fal_webhook"))
+      ),
       HttpRouter.get("/fal/:app/requests/:id/status", jobResponse("fal")),
-      HttpRouter.get("/fal/:app/requests/:id", withFaults(Effect.gen(function*() {
-        const { id } = yield* HttpRouter.params
-        const job = jobs.get(id ?? "")
-        if (job === undefined) return json({ error: "not found" }, 404)
-        const r = renderFalResult(job, yield* Clock.currentTimeMillis)
-        return json(r.body, r.status)
-      }))),
+      HttpRouter.get(
+        "/fal/:app/requests/:id",
+        withFaults(Effect.gen(function*() {
+          const { id } = yield* HttpRouter.params
+          const job = jobs.get(id ?? "")
+          if (job === undefined) return json({ error: "not found" }, 404)
+          const r = renderFalResult(job, yield* Clock.currentTimeMillis)
+          return json(r.body, r.status)
+        }))
+      ),
       HttpRouter.put("/fal/:app/requests/:id/cancel", cancel("fal")),
-      HttpRouter.get("/fal/.well-known/jwks.json", Effect.succeed(json({
-        keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "sim-fal-1" }]
-      }))),
+      HttpRouter.get(
+        "/fal/.well-known/jwks.json",
+        Effect.succeed(json({
+          keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "sim-fal-1" }]
+        }))
+      ),
       // Runway (polling only)
       HttpRouter.post("/runway/v1/image_to_video", submit("runway", (j) => ({ id: j.id }), () => null)),
       HttpRouter.get("/runway/v1/tasks/:id", jobResponse("runway")),
       HttpRouter.del("/runway/v1/tasks/:id", cancel("runway")),
       // Luma (unsigned callbacks to callback_url)
-      HttpRouter.post("/luma/dream-machine/v1/generations", submit("luma", (j) => renderJob(j, j.createdAt), (b) => b.callback_url ?? null)),
+      HttpRouter.post(
+        "/luma/dream-machine/v1/generations",
+        submit("luma", (j) => renderJob(j, j.createdAt), (b) => b.callback_url ?? null)
+      ),
       HttpRouter.get("/luma/dream-machine/v1/generations/:id", jobResponse("luma")),
       HttpRouter.del("/luma/dream-machine/v1/generations/:id", cancel("luma")),
       // Google Veo (long-running operations)
@@ -218,29 +251,42 @@ export const makeSimulator = (options: SimulatorOptions) =>
     )
     const controlRoutes = HttpRouter.empty.pipe(
       HttpRouter.get("/_sim/faults", Effect.map(Ref.get(faults), (f) => json(f))),
-      HttpRouter.post("/_sim/faults", Effect.gen(function*() {
-        const current = yield* Ref.get(faults)
-        const patch = yield* HttpServerRequest.schemaBodyJson(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
-        const next = yield* Schema.decodeUnknown(FaultConfig)({ ...Schema.encodeSync(FaultConfig)(current), ...patch })
-        yield* Ref.set(faults, next)
-        return json(next)
-      }).pipe(Effect.catchAll((e) => Effect.succeed(json({ error: String(e) }, 400))))),
-      HttpRouter.get("/_sim/counts", Effect.sync(() => json({ submissions: Object.fromEntries(submissions), ...stats }))),
-      HttpRouter.get("/_sim/jobs", Effect.map(Clock.currentTimeMillis, (now) =>
-        json([...jobs.values()].map((j) => ({
-          provider: j.provider,
-          id: j.id,
-          key: j.clientKey,
-          outcome: j.canceledAt !== null ? "canceled" : j.outcome,
-          phase: phaseOf(j, now)
-        })))))
+      HttpRouter.post(
+        "/_sim/faults",
+        Effect.gen(function*() {
+          const current = yield* Ref.get(faults)
+          const patch = yield* HttpServerRequest.schemaBodyJson(
+            Schema.Record({ key: Schema.String, value: Schema.Unknown })
+          )
+          const next = yield* Schema.decodeUnknown(FaultConfig)({
+            ...Schema.encodeSync(FaultConfig)(current),
+            ...patch
+          })
+          yield* Ref.set(faults, next)
+          return json(next)
+        }).pipe(Effect.catchAll((e) => Effect.succeed(json({ error: String(e) }, 400))))
+      ),
+      HttpRouter.get(
+        "/_sim/counts",
+        Effect.sync(() => json({ submissions: Object.fromEntries(submissions), ...stats }))
+      ),
+      HttpRouter.get(
+        "/_sim/jobs",
+        Effect.map(Clock.currentTimeMillis, (now) =>
+          json([...jobs.values()].map((j) => ({
+            provider: j.provider,
+            id: j.id,
+            key: j.clientKey,
+            outcome: j.canceledAt !== null ? "canceled" : j.outcome,
+            phase: phaseOf(j, now)
+          }))))
+      )
     )
     const router = HttpRouter.concat(providerRoutes, controlRoutes)
 
     return {
       router,
-      setFaults: (patch: Partial<FaultConfig>) =>
-        Ref.update(faults, (f) => FaultConfig.make({ ...f, ...patch })),
+      setFaults: (patch: Partial<FaultConfig>) => Ref.update(faults, (f) => FaultConfig.make({ ...f, ...patch })),
       submissions: (key: string) => submissions.get(key) ?? 0,
       jobs: () => [...jobs.values()],
       stats

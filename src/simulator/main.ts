@@ -12,7 +12,9 @@ import { serveSimulator } from "./Simulator.js"
 const program = Effect.gen(function*() {
   const sim = yield* serveSimulator({
     openaiSecret: yield* Config.string("SIM_OPENAI_WEBHOOK_SECRET").pipe(Config.withDefault(devSecret("openai"))),
-    replicateSecret: yield* Config.string("SIM_REPLICATE_WEBHOOK_SECRET").pipe(Config.withDefault(devSecret("replicate"))),
+    replicateSecret: yield* Config.string("SIM_REPLICATE_WEBHOOK_SECRET").pipe(
+      Config.withDefault(devSecret("replicate"))
+    ),
     openaiWebhookUrl: yield* Config.string("SIM_OPENAI_WEBHOOK_URL").pipe(
       Config.withDefault("http://127.0.0.1:3000/webhooks/openai")
     )
@@ -28,6 +30,8 @@ export const devSecret = (provider: string) =>
 const port = Number(process.env.SIM_PORT ?? 4010)
 program.pipe(
   Effect.scoped,
-  Effect.provide(Layer.mergeAll(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port }), FetchHttpClient.layer)),
+  Effect.provide(
+    Layer.mergeAll(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port }), FetchHttpClient.layer)
+  ),
   NodeRuntime.runMain
 )

@@ -1,7 +1,7 @@
 import { type KeyObject, sign } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import { falSigningString } from "../providers/signatures.js"
-import { type Job, type Phase, phaseOf, type SimProvider } from "./SimulatorState.js"
+import { type Job, type Phase, phaseOf } from "./SimulatorState.js"
 
 /** What each provider's query API answers for a job, in that provider's own format. */
 export const renderJob = (job: Job, now: number): unknown => {
@@ -19,7 +19,9 @@ export const renderJob = (job: Job, now: number): unknown => {
           ? "completed"
           : "failed",
         progress,
-        error: done !== null && done !== "succeeded" ? { code: done === "canceled" ? "canceled" : "generation_failed" } : null,
+        error: done !== null && done !== "succeeded"
+          ? { code: done === "canceled" ? "canceled" : "generation_failed" }
+          : null,
         completed_at: done ? Math.floor(now / 1000) : null
       }
     case "replicate":
@@ -49,7 +51,9 @@ export const renderJob = (job: Job, now: number): unknown => {
         name: job.id,
         done: done !== null,
         ...(done === "succeeded" ? { response: { videos: [{ gcsUri: `gs://sim/${output}` }] } } : {}),
-        ...(done !== null && done !== "succeeded" ? { error: { code: done === "canceled" ? 1 : 13, message: done } } : {})
+        ...(done !== null && done !== "succeeded"
+          ? { error: { code: done === "canceled" ? 1 : 13, message: done } }
+          : {})
       }
   }
 }
@@ -172,5 +176,3 @@ export const renderWebhook = (job: Job, phase: Phase, signers: Signers, seq: num
       return null
   }
 }
-
-export const providersWithWebhooks: ReadonlySet<SimProvider> = new Set(["openai", "replicate", "fal", "luma"])

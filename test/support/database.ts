@@ -36,5 +36,7 @@ export const makeTestDatabaseUrl = Effect.acquireRelease(
 )
 
 export const layerTestDatabase = (maxConnections = 10) =>
-  Layer.unwrapScoped(Effect.map(makeTestDatabaseUrl, ({ url }) =>
-    layerPostgres({ url: Redacted.make(url), maxConnections, applicationName: "test" })))
+  Layer.unwrapScoped(
+    Effect.map(makeTestDatabaseUrl, ({ url }) =>
+      layerPostgres({ url: Redacted.make(url), maxConnections, applicationName: "test" }))
+  )

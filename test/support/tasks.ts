@@ -32,8 +32,7 @@ let counter = 0
 export const observation = (
   attemptId: AttemptId,
   status: NormalizedStatus,
-  options: { readonly stage?: Stage; readonly progress?: number; readonly seq?: number; readonly eventId?: string } =
-    {}
+  options: { readonly stage?: Stage; readonly progress?: number; readonly seq?: number; readonly eventId?: string } = {}
 ) => {
   const id = options.eventId ?? `evt-${++counter}-${uuid()}`
   return new ProviderObservation({
