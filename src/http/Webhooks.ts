@@ -1,11 +1,4 @@
-import {
-  HttpApiBuilder,
-  HttpIncomingMessage,
-  HttpMiddleware,
-  HttpRouter,
-  HttpServerRequest,
-  HttpServerResponse
-} from "@effect/platform"
+import { type HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Config, Data, Duration, Effect, Either, Option } from "effect"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
@@ -36,17 +29,20 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number
  * 401 with no detail for any signature problem; 400 for a body that is not the provider's format;
  * 404 for an unknown provider; 413 above the size limit; 415 for a non-JSON body; 503 when PostgreSQL is down.
  */
-export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
-  Effect.gen(function*() {
+export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGateway", {
+  effect: Effect.gen(function*() {
     const registry = yield* ProviderRegistry
     const inbox = yield* CallbackInbox
     const maxBytes = yield* Config.integer("WEBHOOK_MAX_BYTES").pipe(Config.withDefault(256 * 1024))
     const readTimeout = yield* Config.duration("WEBHOOK_READ_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10)))
 
-    const handler = Effect.gen(function*() {
+    const handle = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
-      const { provider } = yield* HttpRouter.params
-      const endpoint = registry.webhookEndpoint(provider ?? "")
+      const url = new URL(request.url, "http://gateway")
+      const provider = WEBHOOK_PATH.exec(url.pathname)?.[1]
+      if (provider === undefined) return status(404, "unknown provider")
+      if (request.method !== "POST") return status(405, "POST only")
+      const endpoint = registry.webhookEndpoint(provider)
       if (Option.isNone(endpoint)) return status(404, "unknown provider")
       const contentType = request.headers["content-type"] ?? ""
       if (!/^application\/json\s*(;|$)/i.test(contentType)) return status(415, "expected application/json")
@@ -57,7 +53,6 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
       if (Either.isLeft(body)) {
         return body.left._tag === "BodyTooLarge" ? status(413, "body too large") : status(408, "body timeout")
       }
-      const url = new URL(request.url, "http://gateway")
       const verified = yield* endpoint.value.verify({
         headers: request.headers,
         query: url.searchParams,
@@ -81,7 +76,7 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
 
       const payloadHash = sha256hex(body.right)
       const stored = yield* inbox.store({
-        provider: provider!,
+        provider,
         dedupKey: dedupKeyOf(verified.right.eventId, report.right, payloadHash),
         providerEventId: verified.right.eventId,
         providerTaskId: report.right.providerTaskId,
@@ -95,8 +90,21 @@ export const WebhooksLive = HttpApiBuilder.Router.use((router) =>
       }).pipe(Effect.either)
       if (Either.isLeft(stored)) return status(503, "unavailable")
       return status(204)
-    }).pipe(HttpMiddleware.withLoggerDisabled)
+    })
 
-    yield* router.post("/webhooks/:provider", handler)
+    return { handle } as const
   })
-)
+}) {}
+
+const WEBHOOK_PATH = /^\/webhooks\/([a-z][a-z0-9_-]{0,31})\/?$/
+
+/**
+ * Serves /webhooks/* before the API's router and middleware (access log, span, error encoding): provider
+ * callbacks are the hottest path and need none of it. Everything else goes to `app`.
+ */
+export const routeWebhooks = (gateway: WebhookGateway) => <E, R>(app: HttpApp.Default<E, R>) =>
+  Effect.flatMap(
+    HttpServerRequest.HttpServerRequest,
+    (request): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest> =>
+      request.url.startsWith("/webhooks/") ? gateway.handle : app
+  )

@@ -7,7 +7,7 @@ import { TaskClient } from "../entities/TaskClient.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { AuthenticationLive, TokenSigner } from "../http/Auth.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
-import { WebhooksLive } from "../http/Webhooks.js"
+import { routeWebhooks, WebhookGateway } from "../http/Webhooks.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { InboxProcessorLive } from "../intake/InboxProcessor.js"
 import * as Database from "../persistence/Database.js"
@@ -35,18 +35,23 @@ export const layerRunner = (c: RunnerConfig) =>
   )
 
 /**
- * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and the provider webhook gateway, on whatever
- * HttpServer is provided.
+ * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and, in front of it, the provider webhook
+ * gateway, on whatever HttpServer is provided.
  */
-export const layerHttpApp = HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
+export const layerHttpApp = Layer.unwrapEffect(
+  Effect.map(
+    WebhookGateway,
+    (gateway) => HttpApiBuilder.serve((app) => routeWebhooks(gateway)(HttpMiddleware.logger(app)))
+  )
+).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
-  Layer.provide(WebhooksLive),
-  Layer.provide(ProviderRegistry.Default),
-  Layer.provide(FetchHttpClient.layer),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(TasksHttpLive),
   Layer.provide(AuthenticationLive),
+  Layer.provide(WebhookGateway.Default),
+  Layer.provide(ProviderRegistry.Default),
+  Layer.provide(FetchHttpClient.layer),
   Layer.provideMerge(TokenSigner.Default),
   // provider callbacks come by the thousand per second: no request span for them (failures are logged)
   HttpMiddleware.withTracerDisabledWhen((request) => request.url.startsWith("/webhooks/"))
