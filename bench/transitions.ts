@@ -7,8 +7,10 @@
  *   BENCH_ROUNDS (3)   repetitions; medians are reported
  *   DATABASE_URL       admin URL; a fresh database is created and dropped
  */
+import { Entity } from "@effect/cluster"
 import { NodeRuntime } from "@effect/platform-node"
-import { Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
+import { Rpc } from "@effect/rpc"
+import { Effect, Layer, Logger, LogLevel, Option, Redacted, Schema } from "effect"
 import pg from "pg"
 import { TaskClient } from "../src/entities/TaskClient.js"
 import { makeChange } from "../src/entities/transition.js"
@@ -56,6 +58,12 @@ const obs = (attemptId: AttemptId, step: number) => {
     traceId: "bench"
   })
 }
+
+/** The cluster's own floor on this machine: the same message pattern to an entity whose handler does nothing. */
+const Echo = Entity.make("BenchEcho", [Rpc.make("Ping", { payload: { n: Schema.Number }, success: Schema.Number })])
+const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.succeed(payload.n + 1) }))
+const viaEcho = (t: { taskId: TaskId }, step: number) =>
+  Effect.flatMap(Echo.client, (make) => make(t.taskId).Ping({ n: step })).pipe(Effect.asVoid)
 
 const percentile = (xs: ReadonlyArray<number>, p: number) => {
   const sorted = [...xs].sort((a, b) => a - b)
@@ -155,21 +163,28 @@ const program = Effect.gen(function*() {
   url.pathname = `/${name}`
   const c = yield* RunnerConfig
   const database = layerPostgres({ url: Redacted.make(url.toString()), maxConnections: POOL, applicationName: "bench" })
-  const stack = layerRunner(c).pipe(Layer.provideMerge(layerStores(database)))
+  const runner = layerRunner(c)
+  const stack = Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(
+    Layer.provideMerge(layerStores(database))
+  )
 
   yield* Effect.gen(function*() {
     const entity: Array<{ perSecond: number; p50: number; p99: number }> = []
     const ceiling: Array<{ perSecond: number; p50: number; p99: number }> = []
+    const floor: Array<{ perSecond: number; p50: number; p99: number }> = []
     for (let round = 1; round <= ROUNDS; round++) {
       const entityTasks = yield* admitMany(TASKS)
       const observations = new Map(entityTasks.map((t) => [t.taskId, history.map((_, step) => obs(t.attemptId, step))]))
       const a = yield* measure(entityTasks, viaEntity(observations))
       const b = yield* measure(yield* admitMany(TASKS), viaStore(new Map()))
+      const f = yield* measure(entityTasks, viaEcho)
       entity.push(a)
       ceiling.push(b)
+      floor.push(f)
       console.log(
         `round ${round}: entity ${a.perSecond.toFixed(0)}/s p50 ${a.p50.toFixed(1)} ms p99 ${a.p99.toFixed(1)} ms | ` +
-          `raw statement ${b.perSecond.toFixed(0)}/s p50 ${b.p50.toFixed(1)} ms p99 ${b.p99.toFixed(1)} ms`
+          `raw statement ${b.perSecond.toFixed(0)}/s p50 ${b.p50.toFixed(1)} ms p99 ${b.p99.toFixed(1)} ms | ` +
+          `no-op entity ${f.perSecond.toFixed(0)}/s`
       )
     }
     const e = median(entity.map((x) => x.perSecond))
@@ -186,6 +201,11 @@ const program = Effect.gen(function*() {
         `p50 ${median(ceiling.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(ceiling.map((x) => x.p99)).toFixed(1)} ms`
     )
     console.log(`ratio entity / ceiling: ${((e / r) * 100).toFixed(0)}%`)
+    console.log(
+      `cluster floor (same pattern, no-op entity, no database): ${
+        median(floor.map((x) => x.perSecond)).toFixed(0)
+      } msg/s`
+    )
   }).pipe(Effect.provide(stack))
 })
 
