@@ -178,6 +178,17 @@ describe.skipIf(noDatabase)("task API over HTTP with a cluster runner on Postgre
         expect((yield* send("POST", `${tasksUrl}/${done.body.task_id}/cancel`)).status).toBe(409)
       }))
 
+    it.effect("ids are case-insensitive: an upper-case retry replays, an upper-case path finds the task", () =>
+      Effect.gen(function*() {
+        const key = uuid()
+        const first = yield* send("POST", tasksUrl, { key, json: body })
+        const upper = `/v1/projects/${project.toUpperCase()}/tasks`
+        const again = yield* send("POST", upper, { key, json: body })
+        expect(again).toMatchObject({ status: 201, body: { task_id: first.body.task_id } })
+        const got = yield* send("GET", `${upper}/${String(first.body.task_id).toUpperCase()}`)
+        expect(got).toMatchObject({ status: 200, body: { task_id: first.body.task_id } })
+      }))
+
     it.effect("OpenAPI is served at /docs and /openapi.json", () =>
       Effect.gen(function*() {
         const client = yield* HttpClient.HttpClient

@@ -42,7 +42,7 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
         WHERE t.tenant_id = ${tenantId} AND t.idempotency_key = ${key}`
 
     const replay = (a: Admission, row: Record<string, any>) =>
-      row.request_hash === a.requestHash && row.project_id === a.projectId.toLowerCase()
+      row.request_hash === a.requestHash && row.project_id === a.projectId
         ? Effect.succeed({ task: taskFromRow(row), created: false })
         : Effect.fail(
           new IdempotencyKeyReused({ message: "this Idempotency-Key was already used with a different request" })

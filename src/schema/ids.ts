@@ -1,18 +1,21 @@
 import { Schema } from "effect"
 
-export const TaskId = Schema.UUID.pipe(Schema.brand("TaskId"))
+/** A UUID in its canonical lower-case form, whatever case it arrived in (PostgreSQL answers lower-case). */
+const CanonicalUUID = Schema.Lowercase.pipe(Schema.compose(Schema.UUID))
+
+export const TaskId = CanonicalUUID.pipe(Schema.brand("TaskId"))
 export type TaskId = typeof TaskId.Type
 
-export const AttemptId = Schema.UUID.pipe(Schema.brand("AttemptId"))
+export const AttemptId = CanonicalUUID.pipe(Schema.brand("AttemptId"))
 export type AttemptId = typeof AttemptId.Type
 
-export const TenantId = Schema.UUID.pipe(Schema.brand("TenantId"))
+export const TenantId = CanonicalUUID.pipe(Schema.brand("TenantId"))
 export type TenantId = typeof TenantId.Type
 
-export const ProjectId = Schema.UUID.pipe(Schema.brand("ProjectId"))
+export const ProjectId = CanonicalUUID.pipe(Schema.brand("ProjectId"))
 export type ProjectId = typeof ProjectId.Type
 
-export const UserId = Schema.UUID.pipe(Schema.brand("UserId"))
+export const UserId = CanonicalUUID.pipe(Schema.brand("UserId"))
 export type UserId = typeof UserId.Type
 
 /** A provider name as configured (openai, replicate, fal, runway, luma, veo, simulator ...). */
