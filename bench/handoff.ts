@@ -1,0 +1,127 @@
+/**
+ * npm run bench:handoff — how long tasks are unavailable when a runner dies (kill -9) or stops (SIGTERM).
+ * Two runner processes on one fresh PostgreSQL database with the default shard settings; N tasks; one
+ * runner is stopped; every task is then asked through the other runner (a cancel, which goes through the
+ * task's entity) until it answers. Recovery = the signal → the last task answering.
+ *
+ *   BENCH_TASKS (60)  DATABASE_URL (admin URL)
+ */
+import { SignJWT } from "jose"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as net from "node:net"
+import pg from "pg"
+
+const TASKS = Number(process.env.BENCH_TASKS ?? 60)
+const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
+const SECRET = "handoff-bench-secret-0123456789abcdef"
+const tenant = crypto.randomUUID()
+const project = crypto.randomUUID()
+
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port
+      s.close(() => resolve(port))
+    })
+  })
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+const startRunner = async (url: string) => {
+  const [httpPort, runnerPort] = [await freePort(), await freePort()]
+  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
+    env: {
+      ...process.env,
+      DATABASE_URL: url,
+      HTTP_PORT: String(httpPort),
+      RUNNER_PORT: String(runnerPort),
+      AUTH_SECRET: SECRET,
+      LOG_LEVEL: "ERROR"
+    },
+    stdio: ["ignore", "ignore", "ignore"]
+  })
+  for (let i = 0; i < 240; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return { child, httpPort }
+    } catch {
+      // starting
+    }
+    await sleep(250)
+  }
+  throw new Error("runner did not start")
+}
+
+const stop = (child: ChildProcess, signal: NodeJS.Signals) =>
+  new Promise<void>((resolve) => {
+    if (child.exitCode !== null) return resolve()
+    child.on("exit", () => resolve())
+    child.kill(signal)
+  })
+
+const main = async () => {
+  const token = await new SignJWT({ tenant_id: tenant, projects: "*" })
+    .setProtectedHeader({ alg: "HS256" })
+    .setSubject(crypto.randomUUID())
+    .setIssuer("task-control-plane")
+    .setIssuedAt()
+    .setExpirationTime("1h")
+    .sign(new TextEncoder().encode(SECRET))
+  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
+  const admin = new pg.Client({ connectionString: adminUrl })
+  await admin.connect()
+  const name = `bench_handoff_${Date.now().toString(36)}`
+  await admin.query(`CREATE DATABASE ${name}`)
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  const runners: Array<ChildProcess> = []
+  try {
+    for (const signal of ["SIGKILL", "SIGTERM"] as const) {
+      const a = await startRunner(url.toString())
+      const b = await startRunner(url.toString())
+      runners.push(a.child, b.child)
+      await sleep(8000) // shards spread over both runners
+      const ids: Array<string> = []
+      for (let i = 0; i < TASKS; i++) {
+        const res = await fetch(`http://127.0.0.1:${b.httpPort}/v1/projects/${project}/tasks`, {
+          method: "POST",
+          headers: { ...headers, "idempotency-key": crypto.randomUUID() },
+          body: JSON.stringify({ provider: "simulator", model: "m", prompt: "p", duration_seconds: 4 })
+        })
+        ids.push(((await res.json()) as { task_id: string }).task_id)
+      }
+      const t0 = performance.now()
+      await stop(b.child, signal)
+      const answeredAt = await Promise.all(ids.map(async (id) => {
+        for (;;) {
+          try {
+            const res = await fetch(`http://127.0.0.1:${a.httpPort}/v1/projects/${project}/tasks/${id}/cancel`, {
+              method: "POST",
+              headers,
+              signal: AbortSignal.timeout(15_000)
+            })
+            if (res.status === 202) return performance.now() - t0
+          } catch {
+            // timed out: ask again
+          }
+          await sleep(100)
+        }
+      }))
+      answeredAt.sort((x, y) => x - y)
+      const p = (q: number) => (answeredAt[Math.min(answeredAt.length - 1, Math.floor(q * answeredAt.length))]! / 1000)
+      console.log(
+        `${signal === "SIGKILL" ? "kill -9" : "SIGTERM"}: ${TASKS} tasks, every one answered on the survivor after ` +
+          `p50 ${p(0.5).toFixed(2)} s, max ${p(1).toFixed(2)} s`
+      )
+      await stop(a.child, "SIGTERM")
+    }
+  } finally {
+    for (const r of runners) await stop(r, "SIGKILL")
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await admin.end()
+  }
+}
+
+main().catch((e) => {
+  console.error(e)
+  process.exit(1)
+})
