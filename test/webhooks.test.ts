@@ -6,6 +6,7 @@ import { Duration, Effect, Layer, Redacted, Schedule } from "effect"
 import { generateKeyPairSync, sign } from "node:crypto"
 import * as http from "node:http"
 import { Webhook } from "standardwebhooks"
+import { CallbackInbox } from "../src/intake/CallbackInbox.js"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { callbackToken, falSigningString } from "../src/providers/signatures.js"
 import { layerHttpApp } from "../src/runners/Runner.js"
@@ -271,6 +272,24 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         const [row] = yield* sql<{ payload: unknown; body: string }>`
           SELECT payload, body FROM provider_callback_inbox WHERE provider_task_id = ${videoId}`
         expect(row).toEqual({ payload: null, body })
+      }))
+
+    it.effect("processed bodies are forgotten after the retention period; the row and its dedup key stay", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const [oldKey, newKey] = [`old-${uuid()}`, `new-${uuid()}`]
+        yield* sql`INSERT INTO provider_callback_inbox (provider, dedup_key, payload_hash, body, process_status,
+                     processed_at, next_retry_at)
+                   VALUES ('openai', ${oldKey}, '\\x00', '{"url":"https://tmp"}', 'processed', now() - interval '8 days', NULL),
+                          ('openai', ${newKey}, '\\x00', '{"url":"https://tmp"}', 'processed', now(), NULL)`
+        expect(yield* (yield* CallbackInbox).forgetBodies(Duration.days(7))).toBeGreaterThanOrEqual(1)
+        const rows = yield* sql<{ dedup_key: string; body: string | null }>`
+          SELECT dedup_key, body FROM provider_callback_inbox WHERE dedup_key IN (${oldKey}, ${newKey})
+          ORDER BY dedup_key DESC`
+        expect(rows).toEqual([{ dedup_key: oldKey, body: null }, {
+          dedup_key: newKey,
+          body: "{\"url\":\"https://tmp\"}"
+        }])
       }))
 
     it.effect("an unreadable stored row goes to the dead letter with its reason", () =>

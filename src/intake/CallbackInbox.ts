@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Effect, Either } from "effect"
+import { Config, Duration, Effect, Either } from "effect"
 import { makeGroupCommit } from "../persistence/GroupCommit.js"
 import { StorageUnavailable } from "../schema/errors.js"
 
@@ -101,6 +101,23 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
       return yield* new StorageUnavailable({ message: "the inbox is unavailable: retry later" })
     })
 
-    return { store } as const
+    /**
+     * Minimisation (seed 12.5.2): a processed callback's body may hold temporary URLs and provider details;
+     * after `retention` only the row's facts and its dedup key remain. Dead rows keep theirs for inspection.
+     */
+    const forgetBodies = Effect.fn("CallbackInbox.forgetBodies")(function*(retention: Duration.Duration) {
+      const rows = yield* sql<{ id: number }>`
+        UPDATE provider_callback_inbox SET body = NULL, payload = NULL
+        WHERE id IN (
+          SELECT id FROM provider_callback_inbox
+          WHERE process_status = 'processed' AND body IS NOT NULL
+            AND processed_at < now() - make_interval(secs => ${Duration.toSeconds(retention)})
+          LIMIT 1000
+        )
+        RETURNING id`
+      return rows.length
+    })
+
+    return { store, forgetBodies } as const
   })
 }) {}

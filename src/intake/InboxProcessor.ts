@@ -10,7 +10,7 @@ import { replicateWebhooks } from "../providers/replicate.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { trusted } from "../schema/task.js"
-import { INBOX_CHANNEL } from "./CallbackInbox.js"
+import { CallbackInbox, INBOX_CHANNEL } from "./CallbackInbox.js"
 
 /** How each provider's stored callback bodies read (the gateway verified and checked them on the way in). */
 const webhookProtocols: ReadonlyMap<string, WebhookProtocol> = new Map([
@@ -167,6 +167,15 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
     yield* Effect.forEach(rows, processRow, { concurrency: 16, discard: true })
     return rows.length
   })
+
+  const inbox = yield* CallbackInbox
+  const retention = yield* Config.duration("INBOX_BODY_RETENTION").pipe(Config.withDefault(Duration.days(7)))
+  yield* inbox.forgetBodies(retention).pipe(
+    Effect.repeat({ until: (n) => n < 1000 }),
+    Effect.catchAllCause((cause) => Effect.logWarning("inbox retention sweep failed", cause)),
+    Effect.repeat(Schedule.spaced(Duration.minutes(10))),
+    Effect.forkScoped
+  )
 
   const wake = yield* Queue.sliding<void>(1)
   yield* pg.listen(INBOX_CHANNEL).pipe(
