@@ -172,19 +172,32 @@ const program = Effect.gen(function*() {
     const entity: Array<{ perSecond: number; p50: number; p99: number }> = []
     const ceiling: Array<{ perSecond: number; p50: number; p99: number }> = []
     const floor: Array<{ perSecond: number; p50: number; p99: number }> = []
+    const single: Array<{ perSecond: number; p50: number; p99: number }> = []
+    // the pgbench-like ceiling: the same statement, one change per transaction (no group commit)
+    process.env.COMMIT_MAX_BATCH = "1"
+    const unbatched = layerStores(layerPostgres({
+      url: Redacted.make(url.toString()),
+      maxConnections: POOL,
+      applicationName: "bench-single"
+    }))
     for (let round = 1; round <= ROUNDS; round++) {
       const entityTasks = yield* admitMany(TASKS)
       const observations = new Map(entityTasks.map((t) => [t.taskId, history.map((_, step) => obs(t.attemptId, step))]))
       const a = yield* measure(entityTasks, viaEntity(observations))
       const b = yield* measure(yield* admitMany(TASKS), viaStore(new Map()))
       const f = yield* measure(entityTasks, viaEcho)
+      const u = yield* Effect.provide(
+        Effect.flatMap(admitMany(TASKS), (tasks) => measure(tasks, viaStore(new Map()))),
+        unbatched
+      )
+      single.push(u)
       entity.push(a)
       ceiling.push(b)
       floor.push(f)
       console.log(
         `round ${round}: entity ${a.perSecond.toFixed(0)}/s p50 ${a.p50.toFixed(1)} ms p99 ${a.p99.toFixed(1)} ms | ` +
           `raw statement ${b.perSecond.toFixed(0)}/s p50 ${b.p50.toFixed(1)} ms p99 ${b.p99.toFixed(1)} ms | ` +
-          `no-op entity ${f.perSecond.toFixed(0)}/s`
+          `no-op entity ${f.perSecond.toFixed(0)}/s | one change per transaction ${u.perSecond.toFixed(0)}/s`
       )
     }
     const e = median(entity.map((x) => x.perSecond))
@@ -201,6 +214,14 @@ const program = Effect.gen(function*() {
         `p50 ${median(ceiling.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(ceiling.map((x) => x.p99)).toFixed(1)} ms`
     )
     console.log(`ratio entity / ceiling: ${((e / r) * 100).toFixed(0)}%`)
+    const u = median(single.map((x) => x.perSecond))
+    console.log(
+      `one change per transaction (pgbench-like: no group commit, no cluster): ${u.toFixed(0)} transitions/s, ` +
+        `p50 ${median(single.map((x) => x.p50)).toFixed(1)} ms, p99 ${
+          median(single.map((x) => x.p99)).toFixed(1)
+        } ms; ` +
+        `entity / this: ${((e / u) * 100).toFixed(0)}%`
+    )
     console.log(
       `cluster floor (same pattern, no-op entity, no database): ${
         median(floor.map((x) => x.perSecond)).toFixed(0)
