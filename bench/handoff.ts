@@ -53,7 +53,7 @@ const startRunner = async (url: string) => {
 
 const stop = (child: ChildProcess, signal: NodeJS.Signals) =>
   new Promise<void>((resolve) => {
-    if (child.exitCode !== null) return resolve()
+    if (child.exitCode !== null || child.signalCode !== null) return resolve()
     child.on("exit", () => resolve())
     child.kill(signal)
   })
