@@ -1,7 +1,7 @@
 import { Entity, ShardingConfig } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit } from "effect"
+import { Effect, Exit, Fiber } from "effect"
 import { GenerationTask } from "../src/entities/GenerationTask.js"
 import { GenerationTaskLive } from "../src/entities/GenerationTaskLive.js"
 import { layerStores } from "../src/runners/Runner.js"
@@ -100,6 +100,27 @@ describe.skipIf(noDatabase)("GenerationTask entity on PostgreSQL", () => {
         expect(r.events).toHaveLength(1)
         yield* setFence("NORMAL", 1)
         expect((yield* client.Observe(observation(attemptId, "running", { progress: 10 }))).outcome).toBe("changed")
+      }))
+
+    it.scoped("a fence change waits for writers in flight; a write racing it is fenced, never landing after it", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const { attemptId, taskId } = yield* admitTask()
+        const client = yield* clientFor(taskId)
+        // the operator's epoch bump, still uncommitted, holds the fence row
+        const operator = yield* sql.reserve
+        yield* operator.executeRaw("BEGIN", [])
+        yield* operator.executeRaw("UPDATE region_write_fence SET write_epoch = 2 WHERE resource_scope = 'global'", [])
+        const write = yield* client.Observe(observation(attemptId, "running", { progress: 10 })).pipe(
+          Effect.flip,
+          Effect.fork
+        )
+        yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 300))) // real time, not TestClock
+        expect(write.unsafePoll()).toBeNull() // the writer waits for the fence decision
+        yield* operator.executeRaw("COMMIT", [])
+        expect((yield* Fiber.join(write))._tag).toBe("WriteFenced")
+        expect((yield* rows(taskId)).events).toHaveLength(1)
+        yield* setFence("NORMAL", 1)
       }))
 
     it.scoped("observations from an old attempt never change the task", () =>
