@@ -1,5 +1,13 @@
 import { Either } from "effect"
-import { createHash, createHmac, createPublicKey, type JsonWebKey, timingSafeEqual, verify } from "node:crypto"
+import {
+  createHash,
+  createHmac,
+  createPublicKey,
+  type JsonWebKey,
+  type KeyObject,
+  timingSafeEqual,
+  verify
+} from "node:crypto"
 import { Webhook } from "standardwebhooks"
 
 /** Why a webhook was refused; the HTTP answer never says which (401 with no detail). */
@@ -96,8 +104,7 @@ export const verifyFalWebhook = (options: {
   const sig = Buffer.from(signature, "hex")
   for (const [i, jwk] of options.keys.entries()) {
     try {
-      const key = createPublicKey({ key: jwk as JsonWebKey, format: "jwk" })
-      if (verify(null, message, key, sig)) {
+      if (verify(null, message, publicKeyOf(jwk), sig)) {
         return Either.right({
           keyVersion: jwk.kid ?? `jwks#${i}`,
           eventId: null,
@@ -110,6 +117,17 @@ export const verifyFalWebhook = (options: {
     }
   }
   return Either.left("bad_signature")
+}
+
+// the JWKS cache hands out the same key objects until it refreshes: parse each once
+const publicKeys = new WeakMap<Ed25519Jwk, KeyObject>()
+const publicKeyOf = (jwk: Ed25519Jwk): KeyObject => {
+  let key = publicKeys.get(jwk)
+  if (key === undefined) {
+    key = createPublicKey({ key: jwk as JsonWebKey, format: "jwk" })
+    publicKeys.set(jwk, key)
+  }
+  return key
 }
 
 export const falSigningString = (requestId: string, userId: string, timestamp: string, body: Uint8Array): string =>
