@@ -1,11 +1,9 @@
-import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted, Schedule } from "effect"
 import { generateKeyPairSync, sign } from "node:crypto"
 import * as http from "node:http"
-import { Webhook } from "standardwebhooks"
 import { CallbackInbox } from "../src/intake/CallbackInbox.js"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { callbackToken, falSigningString } from "../src/providers/signatures.js"
@@ -14,6 +12,16 @@ import { databaseUrl, makeTestDatabaseUrl, noDatabase } from "./support/database
 import { layerTestRunner, quietLogs } from "./support/runner.js"
 import { admitTask, uuid } from "./support/tasks.js"
 import { startTcpProxy } from "./support/tcpProxy.js"
+import {
+  eventually,
+  inboxRows,
+  nowSeconds,
+  openaiEvent,
+  openAISigner,
+  post,
+  submittedTask,
+  taskRow
+} from "./support/webhooks.js"
 
 const OPENAI_SECRET = "whsec_" + Buffer.from("openai-test-secret-32-bytes-long!").toString("base64")
 const OPENAI_PREVIOUS = "whsec_" + Buffer.from("openai-old-secret-32-bytes-long!!").toString("base64")
@@ -51,65 +59,7 @@ const TestLayer = layerHttpApp.pipe(
   Layer.provide(quietLogs)
 )
 
-const nowSeconds = () => Math.floor(Date.now() / 1000)
-
-const openaiEvent = (videoId: string, type = "video.completed") =>
-  JSON.stringify({ id: `evt_${uuid()}`, object: "event", created_at: nowSeconds(), type, data: { id: videoId } })
-
-const signOpenAI = (body: string, options: { id?: string; ts?: number; secret?: string } = {}) => {
-  const id = options.id ?? `msg_${uuid()}`
-  const ts = options.ts ?? nowSeconds()
-  return {
-    "webhook-id": id,
-    "webhook-timestamp": String(ts),
-    "webhook-signature": new Webhook(options.secret ?? OPENAI_SECRET).sign(id, new Date(ts * 1000), body)
-  }
-}
-
-const post = (path: string, body: string, headers: Record<string, string>, contentType = "application/json") =>
-  Effect.gen(function*() {
-    const client = yield* HttpClient.HttpClient
-    const res = yield* client.execute(
-      HttpClientRequest.post(path).pipe(
-        HttpClientRequest.setHeaders(headers),
-        HttpClientRequest.bodyText(body, contentType)
-      )
-    )
-    return { status: res.status, text: yield* res.text }
-  }).pipe(Effect.orDie)
-
-const inboxRows = (provider: string) =>
-  Effect.flatMap(
-    SqlClient.SqlClient,
-    (sql) => sql<{ n: number }>`SELECT count(*)::int AS n FROM provider_callback_inbox WHERE provider = ${provider}`
-  ).pipe(
-    Effect.map((r) => r[0]!.n)
-  )
-
-/** A task with provider `provider` whose first attempt was accepted under `providerTaskId`. */
-const submittedTask = (provider: string, providerTaskId: string) =>
-  Effect.gen(function*() {
-    const t = yield* admitTask({ provider })
-    const sql = yield* SqlClient.SqlClient
-    yield* sql`UPDATE task_attempts SET provider_task_id = ${providerTaskId}, submit_state = 'SUBMITTED'
-               WHERE id = ${t.attemptId}`
-    return t
-  })
-
-const eventually = <A>(effect: Effect.Effect<A, unknown, SqlClient.SqlClient>, predicate: (a: A) => boolean) =>
-  effect.pipe(
-    Effect.filterOrFail(predicate, () => "not yet"),
-    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(15)))),
-    Effect.orDie
-  )
-
-const taskRow = (taskId: string) =>
-  Effect.flatMap(
-    SqlClient.SqlClient,
-    (sql) => sql<{ status: string; version: number }>`SELECT status, version FROM generation_tasks WHERE id = ${taskId}`
-  ).pipe(
-    Effect.map((r) => r[0]!)
-  )
+const signOpenAI = openAISigner(OPENAI_SECRET)
 
 describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
   layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
