@@ -6,15 +6,17 @@
  *
  *   BENCH_TASKS (60)  DATABASE_URL (admin URL)
  */
-import { SignJWT } from "jose"
+import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as net from "node:net"
 import pg from "pg"
+import { TokenSigner } from "../src/http/Auth.js"
+import type { TenantId, UserId } from "../src/schema/ids.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 60)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const SECRET = "handoff-bench-secret-0123456789abcdef"
-const tenant = crypto.randomUUID()
+const tenant = crypto.randomUUID() as TenantId
 const project = crypto.randomUUID()
 
 const freePort = () =>
@@ -59,13 +61,11 @@ const stop = (child: ChildProcess, signal: NodeJS.Signals) =>
   })
 
 const main = async () => {
-  const token = await new SignJWT({ tenant_id: tenant, projects: "*" })
-    .setProtectedHeader({ alg: "HS256" })
-    .setSubject(crypto.randomUUID())
-    .setIssuer("task-control-plane")
-    .setIssuedAt()
-    .setExpirationTime("1h")
-    .sign(new TextEncoder().encode(SECRET))
+  process.env.AUTH_SECRET = SECRET
+  const token = await Effect.runPromise(
+    Effect.flatMap(TokenSigner, (s) => s.sign({ tenant_id: tenant, sub: crypto.randomUUID() as UserId, projects: "*" }))
+      .pipe(Effect.provide(TokenSigner.Default))
+  )
   const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()

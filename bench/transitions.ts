@@ -15,12 +15,12 @@ import pg from "pg"
 import { TaskClient } from "../src/entities/TaskClient.js"
 import { makeChange } from "../src/entities/transition.js"
 import { layerPostgres } from "../src/persistence/Database.js"
-import { TaskAdmission } from "../src/persistence/TaskAdmission.js"
 import { type TaskState, TaskStore } from "../src/persistence/TaskStore.js"
 import { layerRunner, layerStores } from "../src/runners/Runner.js"
 import { RunnerConfig } from "../src/runners/RunnerConfig.js"
-import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../src/schema/ids.js"
+import type { AttemptId, TaskId } from "../src/schema/ids.js"
 import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
+import { admitTask, observation } from "../test/support/tasks.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -34,30 +34,13 @@ const history: ReadonlyArray<{ status: NormalizedStatus; progress: number | null
   { status: "succeeded", progress: null }
 ]
 
-const obs = (attemptId: AttemptId, step: number) => {
-  const h = history[step]!
-  const id = `${attemptId}-${step}`
-  return new ProviderObservation({
-    provider: "simulator" as ProviderName,
-    providerEventId: id,
-    dedupKey: id,
-    providerTaskId: `job-${attemptId}`,
-    clientRequestId: null,
-    attemptId,
-    providerSequence: step + 1,
-    providerOccurredAt: null,
-    receivedAt: new Date(),
-    status: h.status,
-    stage: null,
-    progress: h.progress,
-    errorClass: null,
-    errorCode: null,
-    outputRefs: [],
-    source: "poll",
-    payloadHash: id,
-    traceId: "bench"
+/** The observation a provider reports at `step` of the history (status, progress, its sequence number). */
+const obs = (attemptId: AttemptId, step: number) =>
+  observation(attemptId, history[step]!.status, {
+    ...(history[step]!.progress === null ? {} : { progress: history[step]!.progress! }),
+    seq: step + 1,
+    eventId: `${attemptId}-${step}`
   })
-}
 
 /** The cluster's own floor on this machine: the same message pattern to an entity whose handler does nothing. */
 const Echo = Entity.make("BenchEcho", [Rpc.make("Ping", { payload: { n: Schema.Number }, success: Schema.Number })])
@@ -71,29 +54,7 @@ const percentile = (xs: ReadonlyArray<number>, p: number) => {
 }
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
-const admitMany = (n: number) =>
-  Effect.flatMap(TaskAdmission, (admission) =>
-    Effect.forEach(
-      Array.from({ length: n }),
-      () =>
-        admission.admit({
-          tenantId: crypto.randomUUID() as TenantId,
-          projectId: crypto.randomUUID() as ProjectId,
-          userId: crypto.randomUUID() as UserId,
-          idempotencyKey: crypto.randomUUID(),
-          requestHash: "bench",
-          request: {},
-          provider: "simulator" as ProviderName,
-          model: "sim-1",
-          reserveAmount: 1,
-          traceId: "bench"
-        }).pipe(
-          Effect.map(({ task }) => ({ taskId: task.id as TaskId, attemptId: task.currentAttemptId as AttemptId }))
-        ),
-      {
-        concurrency: 16
-      }
-    ))
+const admitMany = (n: number) => Effect.forEach(Array.from({ length: n }), () => admitTask(), { concurrency: 16 })
 
 /** Every task walks its history, one outstanding request per task; returns transitions/s and latencies. */
 const measure = <R>(

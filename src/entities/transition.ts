@@ -13,6 +13,7 @@ import {
   trusted
 } from "../schema/task.js"
 import { isAllowed } from "./allowedTransitions.js"
+import { domainEventOf, publicPayloadOf } from "./taskEvents.js"
 
 export type IgnoreReason =
   | "stale_attempt"
@@ -149,41 +150,18 @@ export const makeChange = (
     updatedAt: now,
     terminalAt: isTerminal(target.status) ? now : null
   }, trusted)
-  const publicPayload: PublicTaskPayload = {
-    task_id: next.id,
-    task_version: next.version,
-    status: next.status,
-    stage: next.stage,
-    progress: next.progress,
-    asset_id: next.assetId,
-    error_code: next.errorCode
-  }
   return {
     task: next,
     attempt,
     eventType: "task.status.changed",
     source: meta.source,
-    publicPayload,
-    domainEvent: {
-      event_type: "task.status.changed",
-      schema_version: 1,
-      aggregate_id: next.id,
-      aggregate_version: next.version,
-      tenant_id: next.tenantId,
-      project_id: next.projectId,
-      user_id: next.userId,
-      attempt_id: next.currentAttemptId,
-      status: next.status,
-      stage: next.stage,
-      progress: next.progress,
-      asset_id: next.assetId,
-      error_code: next.errorCode,
+    publicPayload: publicPayloadOf(next),
+    domainEvent: domainEventOf(next, {
+      eventType: "task.status.changed",
       source: meta.source,
-      home_region: next.homeRegion,
-      write_epoch: next.writeEpoch,
-      occurred_at: now.toISOString(),
-      trace_id: meta.traceId
-    }
+      traceId: meta.traceId,
+      occurredAt: now
+    })
   }
 }
 

@@ -2,23 +2,12 @@ import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Config, Duration, Effect, Either, Layer, Queue, Schedule, Stream } from "effect"
 import { TaskClient } from "../entities/TaskClient.js"
-import { falWebhooks } from "../providers/fal.js"
-import { lumaWebhooks } from "../providers/luma.js"
-import { openaiWebhooks } from "../providers/openai.js"
-import type { ProviderReport, WebhookProtocol } from "../providers/ProviderAdapter.js"
-import { replicateWebhooks } from "../providers/replicate.js"
+import type { ProviderReport } from "../providers/ProviderAdapter.js"
+import { webhookProtocolOf } from "../providers/webhookProtocols.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { trusted } from "../schema/task.js"
 import { CallbackInbox, INBOX_CHANNEL } from "./CallbackInbox.js"
-
-/** How each provider's stored callback bodies read (the gateway verified and checked them on the way in). */
-const webhookProtocols: ReadonlyMap<string, WebhookProtocol> = new Map([
-  ["openai", openaiWebhooks],
-  ["replicate", replicateWebhooks],
-  ["fal", falWebhooks],
-  ["luma", lumaWebhooks]
-])
 
 interface InboxRow {
   readonly id: number
@@ -104,7 +93,7 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   const processRow = (row: InboxRow) =>
     Effect.gen(function*() {
-      const protocol = webhookProtocols.get(row.provider)
+      const protocol = webhookProtocolOf(row.provider)
       if (protocol === undefined) return yield* markDead(row.id, "unknown_provider", row.provider)
       const payload = row.body === null
         ? Either.right(row.payload)

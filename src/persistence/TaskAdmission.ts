@@ -1,8 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Data, Effect, Option, Schedule } from "effect"
+import { domainEventOf, publicPayloadOf } from "../entities/taskEvents.js"
 import { IdempotencyKeyReused, ProjectNotFound, StorageUnavailable, WriteFenced } from "../schema/errors.js"
-import type { PublicTaskPayload } from "../schema/events.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"
 import { taskFromRow } from "./TaskStore.js"
@@ -91,20 +91,11 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
           VALUES (${a.tenantId}, ${taskId}, NULL, 'reserve', ${a.reserveAmount})`
         const task = taskFromRow({ ...inserted[0]!, stream_epoch: epoch })
         const eventId = crypto.randomUUID()
-        const payload: PublicTaskPayload = {
-          task_id: task.id,
-          task_version: 1,
-          status: "queued",
-          stage: "queued",
-          progress: null,
-          asset_id: null,
-          error_code: null
-        }
         yield* sql`
           INSERT INTO task_events (event_id, tenant_id, project_id, task_id, attempt_id, task_version, stream_epoch,
             cursor_seq, event_type, public_payload, source, trace_id)
           VALUES (${eventId}, ${a.tenantId}, ${a.projectId}, ${taskId}, ${attemptId}, 1, ${epoch}, ${seq},
-            'task.created', ${JSON.stringify(payload)}::jsonb, 'api', ${a.traceId})`
+            'task.created', ${JSON.stringify(publicPayloadOf(task))}::jsonb, 'api', ${a.traceId})`
         yield* sql`
           INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, payload,
             home_region, write_epoch)
@@ -141,24 +132,7 @@ const unavailable = (e: SqlError) => {
 }
 
 const createdEvent = (task: TaskSnapshot, eventId: string, traceId: string) => ({
+  ...domainEventOf(task, { eventType: "task.created", source: "api", traceId, occurredAt: task.createdAt }),
   event_id: eventId,
-  event_type: "task.created",
-  schema_version: 1,
-  aggregate_id: task.id,
-  aggregate_version: task.version,
-  tenant_id: task.tenantId,
-  project_id: task.projectId,
-  user_id: task.userId,
-  attempt_id: task.currentAttemptId,
-  cursor: task.lastCursor.toString(),
-  status: task.status,
-  stage: task.stage,
-  progress: task.progress,
-  asset_id: null,
-  error_code: null,
-  source: "api",
-  home_region: task.homeRegion,
-  write_epoch: task.writeEpoch,
-  occurred_at: task.createdAt.toISOString(),
-  trace_id: traceId
+  cursor: task.lastCursor.toString()
 })

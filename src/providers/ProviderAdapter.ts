@@ -1,4 +1,4 @@
-import type { Either } from "effect"
+import { Either, ParseResult, Schema } from "effect"
 import { createHash } from "node:crypto"
 import type { ErrorClass, NormalizedStatus } from "../schema/observation.js"
 import type { Stage } from "../schema/task.js"
@@ -31,6 +31,15 @@ export interface WebhookProtocol {
   /** Decodes a verified JSON body; Left(reason) for a body that does not match the provider's format. */
   readonly parse: (body: unknown) => Either.Either<ProviderReport, string>
 }
+
+/** Decodes a provider body with its Schema (a readable reason on failure) and normalizes it. */
+export const parseWith =
+  <A, I>(schema: Schema.Schema<A, I>, toReport: (a: A) => ProviderReport) =>
+  (body: unknown): Either.Either<ProviderReport, string> =>
+    Schema.decodeUnknownEither(schema)(body).pipe(
+      Either.mapLeft(ParseResult.TreeFormatter.formatErrorSync),
+      Either.map(toReport)
+    )
 
 export const sha256hex = (data: Uint8Array | string): string => createHash("sha256").update(data).digest("hex")
 

@@ -1,10 +1,6 @@
 import { HttpClient, HttpClientResponse } from "@effect/platform"
 import { Clock, Config, Duration, Effect, Either, Option, Redacted, Ref, Schema } from "effect"
-import { falWebhooks } from "./fal.js"
-import { lumaWebhooks } from "./luma.js"
-import { openaiWebhooks } from "./openai.js"
 import type { WebhookProtocol } from "./ProviderAdapter.js"
-import { replicateWebhooks } from "./replicate.js"
 import {
   type Ed25519Jwk,
   type SignatureRejection,
@@ -14,6 +10,7 @@ import {
   verifyStandardWebhook,
   type VersionedSecret
 } from "./signatures.js"
+import { webhookProtocols } from "./webhookProtocols.js"
 
 /** What the webhook gateway sees of a request: enough to verify it, nothing parsed yet. */
 export interface WebhookRequest {
@@ -79,14 +76,21 @@ const makeFalKeys = (url: string) =>
         ),
         Effect.ignore
       )
-    return (refresh: boolean) =>
-      single.withPermits(1)(Effect.gen(function*() {
-        const now = yield* Clock.currentTimeMillis
-        const c = yield* Ref.get(cache)
+    const due = (refresh: boolean) =>
+      Effect.map(Effect.all([Clock.currentTimeMillis, Ref.get(cache)]), ([now, c]) => {
         const stale = c.keys.length === 0 || now - c.fetchedAt > Duration.toMillis("24 hours") || refresh
-        if (stale && now - c.triedAt > Duration.toMillis("1 minute")) yield* fetch(now)
+        return stale && now - c.triedAt > Duration.toMillis("1 minute") ? Option.some(now) : Option.none()
+      })
+    // the common case (a fresh cache) takes no permit; a fetch is re-checked under the permit
+    return (refresh: boolean) =>
+      Effect.gen(function*() {
+        if (Option.isSome(yield* due(refresh))) {
+          yield* single.withPermits(1)(
+            Effect.flatMap(due(refresh), Option.match({ onNone: () => Effect.void, onSome: fetch }))
+          )
+        }
         return (yield* Ref.get(cache)).keys
-      }))
+      })
   })
 
 /**
@@ -115,11 +119,11 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
     })
 
     const endpoints = new Map<string, WebhookEndpoint>()
-    if (openai.length > 0) endpoints.set("openai", standard(openaiWebhooks, openai))
-    if (replicate.length > 0) endpoints.set("replicate", standard(replicateWebhooks, replicate))
+    if (openai.length > 0) endpoints.set("openai", standard(webhookProtocols.openai, openai))
+    if (replicate.length > 0) endpoints.set("replicate", standard(webhookProtocols.replicate, replicate))
     if (callbackTokens.length > 0) {
       endpoints.set("luma", {
-        protocol: lumaWebhooks,
+        protocol: webhookProtocols.luma,
         verify: (r) =>
           Effect.succeed(verifyCallbackToken({
             secrets: callbackTokens,
@@ -133,7 +137,7 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
       const keys = falKeys.value
       const userId = falUserId.value
       endpoints.set("fal", {
-        protocol: falWebhooks,
+        protocol: webhookProtocols.fal,
         verify: (r) =>
           Effect.gen(function*() {
             const at = yield* now

@@ -1,5 +1,5 @@
-import { Either, ParseResult, Schema } from "effect"
-import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
+import { Schema } from "effect"
+import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
 
 /** fal.ai queue status: GET .../requests/{id}/status. */
 export const FalStatus = Schema.Struct({
@@ -41,21 +41,17 @@ export const falStatusReport = (requestId: string, s: typeof FalStatus.Type): Pr
 
 export const falWebhooks: WebhookProtocol = {
   scheme: "fal-ed25519",
-  parse: (body) =>
-    Either.map(
-      Schema.decodeUnknownEither(FalWebhook)(body).pipe(Either.mapLeft(ParseResult.TreeFormatter.formatErrorSync)),
-      (w): ProviderReport => ({
-        providerTaskId: w.request_id,
-        clientRequestId: null,
-        eventType: `webhook.${w.status}`,
-        providerUpdatedAt: null,
-        providerSequence: null,
-        status: w.status === "OK" ? "succeeded" : "failed",
-        stage: null,
-        progress: null,
-        errorClass: w.status === "ERROR" ? "provider_failed" : null,
-        errorCode: w.status === "ERROR" ? "fal_error" : null,
-        outputRefs: w.status === "OK" ? falOutputUrls(w.payload) : []
-      })
-    )
+  parse: parseWith(FalWebhook, (w): ProviderReport => ({
+    providerTaskId: w.request_id,
+    clientRequestId: null,
+    eventType: `webhook.${w.status}`,
+    providerUpdatedAt: null,
+    providerSequence: null,
+    status: w.status === "OK" ? "succeeded" : "failed",
+    stage: null,
+    progress: null,
+    errorClass: w.status === "ERROR" ? "provider_failed" : null,
+    errorCode: w.status === "ERROR" ? "fal_error" : null,
+    outputRefs: w.status === "OK" ? falOutputUrls(w.payload) : []
+  }))
 }

@@ -1,5 +1,5 @@
-import { Either, ParseResult, Schema } from "effect"
-import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
+import { Schema } from "effect"
+import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
 
 /** A Luma generation: the callback body (sent on every update) and the GET response. */
 export const LumaGeneration = Schema.Struct({
@@ -33,9 +33,5 @@ export const lumaReport = (g: typeof LumaGeneration.Type): ProviderReport => ({
 /** Unsigned: authenticated by the per-attempt token in the callback URL. */
 export const lumaWebhooks: WebhookProtocol = {
   scheme: "callback-token",
-  parse: (body) =>
-    Either.map(
-      Schema.decodeUnknownEither(LumaGeneration)(body).pipe(Either.mapLeft(ParseResult.TreeFormatter.formatErrorSync)),
-      lumaReport
-    )
+  parse: parseWith(LumaGeneration, lumaReport)
 }

@@ -1,6 +1,5 @@
-import { Either, ParseResult, Schema } from "effect"
-import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
-import { percent } from "./ProviderAdapter.js"
+import { Schema } from "effect"
+import { parseWith, percent, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
 
 /** OpenAI Videos: GET /videos/{id} → { id, status, progress, error } (queued | in_progress | completed | failed). */
 export const OpenAIVideo = Schema.Struct({
@@ -42,21 +41,17 @@ export const openaiVideoReport = (v: typeof OpenAIVideo.Type): ProviderReport =>
 
 export const openaiWebhooks: WebhookProtocol = {
   scheme: "standard-webhooks",
-  parse: (body) =>
-    Either.map(
-      Schema.decodeUnknownEither(OpenAIEvent)(body).pipe(Either.mapLeft(ParseResult.TreeFormatter.formatErrorSync)),
-      (e): ProviderReport => ({
-        providerTaskId: e.data.id,
-        clientRequestId: null,
-        eventType: e.type,
-        providerUpdatedAt: new Date(e.created_at * 1000),
-        providerSequence: null,
-        status: e.type === "video.completed" ? "succeeded" : "failed",
-        stage: null,
-        progress: null,
-        errorClass: e.type === "video.failed" ? "provider_failed" : null,
-        errorCode: null,
-        outputRefs: e.type === "video.completed" ? [`openai:video:${e.data.id}`] : []
-      })
-    )
+  parse: parseWith(OpenAIEvent, (e): ProviderReport => ({
+    providerTaskId: e.data.id,
+    clientRequestId: null,
+    eventType: e.type,
+    providerUpdatedAt: new Date(e.created_at * 1000),
+    providerSequence: null,
+    status: e.type === "video.completed" ? "succeeded" : "failed",
+    stage: null,
+    progress: null,
+    errorClass: e.type === "video.failed" ? "provider_failed" : null,
+    errorCode: null,
+    outputRefs: e.type === "video.completed" ? [`openai:video:${e.data.id}`] : []
+  }))
 }

@@ -1,5 +1,5 @@
-import { Either, ParseResult, Schema } from "effect"
-import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
+import { Schema } from "effect"
+import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
 
 /** A Replicate prediction: the webhook body and the GET /v1/predictions/{id} response are the same object. */
 export const ReplicatePrediction = Schema.Struct({
@@ -40,11 +40,5 @@ export const replicateReport = (p: typeof ReplicatePrediction.Type): ProviderRep
 
 export const replicateWebhooks: WebhookProtocol = {
   scheme: "standard-webhooks",
-  parse: (body) =>
-    Either.map(
-      Schema.decodeUnknownEither(ReplicatePrediction)(body).pipe(
-        Either.mapLeft(ParseResult.TreeFormatter.formatErrorSync)
-      ),
-      replicateReport
-    )
+  parse: parseWith(ReplicatePrediction, replicateReport)
 }

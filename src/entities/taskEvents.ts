@@ -1,0 +1,43 @@
+import type { DomainEvent, EventSource, PublicTaskPayload, TaskEventType } from "../schema/events.js"
+import type { TaskSnapshot } from "../schema/task.js"
+
+/** What a browser may see of a task at this version (task_events.public_payload, SSE `data:`). */
+export const publicPayloadOf = (task: TaskSnapshot): PublicTaskPayload => ({
+  task_id: task.id,
+  task_version: task.version,
+  status: task.status,
+  stage: task.stage,
+  progress: task.progress,
+  asset_id: task.assetId,
+  error_code: task.errorCode
+})
+
+/** The outbox message for a task at this version; event_id and cursor are added where the write happens. */
+export const domainEventOf = (
+  task: TaskSnapshot,
+  meta: {
+    readonly eventType: TaskEventType
+    readonly source: EventSource
+    readonly traceId: string
+    readonly occurredAt: Date
+  }
+): Omit<DomainEvent, "event_id" | "cursor"> => ({
+  event_type: meta.eventType,
+  schema_version: 1,
+  aggregate_id: task.id,
+  aggregate_version: task.version,
+  tenant_id: task.tenantId,
+  project_id: task.projectId,
+  user_id: task.userId,
+  attempt_id: task.currentAttemptId,
+  status: task.status,
+  stage: task.stage,
+  progress: task.progress,
+  asset_id: task.assetId,
+  error_code: task.errorCode,
+  source: meta.source,
+  home_region: task.homeRegion,
+  write_epoch: task.writeEpoch,
+  occurred_at: meta.occurredAt.toISOString(),
+  trace_id: meta.traceId
+})
