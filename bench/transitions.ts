@@ -16,7 +16,7 @@ import { TaskClient } from "../src/entities/TaskClient.js"
 import { makeChange } from "../src/entities/transition.js"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { type TaskState, TaskStore } from "../src/persistence/TaskStore.js"
-import { layerRunner, layerStores } from "../src/runners/Runner.js"
+import { layerLifecycleDisabled, layerRunnerWith, layerStores } from "../src/runners/Runner.js"
 import { RunnerConfig } from "../src/runners/RunnerConfig.js"
 import type { AttemptId, TaskId } from "../src/schema/ids.js"
 import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
@@ -124,7 +124,7 @@ const program = Effect.gen(function*() {
   url.pathname = `/${name}`
   const c = yield* RunnerConfig
   const database = layerPostgres({ url: Redacted.make(url.toString()), maxConnections: POOL, applicationName: "bench" })
-  const runner = layerRunner(c)
+  const runner = layerRunnerWith(c, layerLifecycleDisabled)
   const stack = Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(
     Layer.provideMerge(layerStores(database))
   )

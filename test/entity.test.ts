@@ -1,16 +1,16 @@
 import { Entity, ShardingConfig } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber } from "effect"
+import { Effect, Exit, Fiber, Layer } from "effect"
 import { GenerationTask } from "../src/entities/GenerationTask.js"
 import { GenerationTaskLive } from "../src/entities/GenerationTaskLive.js"
-import { layerStores } from "../src/runners/Runner.js"
+import { layerLifecycleDisabled, layerStores } from "../src/runners/Runner.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { admitTask, observation, uuid } from "./support/tasks.js"
 
 /** A client for one task, against a fresh entity instance built by GenerationTaskLive. */
 const clientFor = (taskId: string) =>
-  Entity.makeTestClient(GenerationTask, GenerationTaskLive).pipe(
+  Entity.makeTestClient(GenerationTask, GenerationTaskLive.pipe(Layer.provide(layerLifecycleDisabled))).pipe(
     Effect.flatMap((makeClient) => makeClient(taskId)),
     Effect.provide(ShardingConfig.layer())
   )

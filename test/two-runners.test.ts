@@ -3,7 +3,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Layer, Redacted, Schedule, Scope } from "effect"
 import { TaskClient } from "../src/entities/TaskClient.js"
 import { layerPostgres } from "../src/persistence/Database.js"
-import { layerRunner, layerStores } from "../src/runners/Runner.js"
+import { layerLifecycleDisabled, layerRunnerWith, layerStores } from "../src/runners/Runner.js"
 import { makeTestDatabaseUrl, noDatabase } from "./support/database.js"
 import { freePort, quietLogs, runnerConfig } from "./support/runner.js"
 import { admitTask, observation } from "./support/tasks.js"
@@ -18,7 +18,10 @@ const startRunner = (url: string) =>
     const scope = yield* Scope.make()
     const database = layerPostgres({ url: Redacted.make(url), maxConnections: 8, applicationName: `runner-${port}` })
     const context = yield* Layer.buildWithScope(
-      layerRunner(c).pipe(Layer.provideMerge(layerStores(database)), Layer.provide(quietLogs)),
+      layerRunnerWith(c, layerLifecycleDisabled).pipe(
+        Layer.provideMerge(layerStores(database)),
+        Layer.provide(quietLogs)
+      ),
       scope
     )
     return { context, scope, port }

@@ -1,10 +1,12 @@
 import { Entity } from "@effect/cluster"
-import { Clock, Effect, Option, Ref } from "effect"
+import { Clock, Duration, Effect, Option, Queue, Ref } from "effect"
 import { type TaskState, TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
+import type { ProviderObservation } from "../schema/observation.js"
 import { trusted } from "../schema/task.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
+import { TaskLifecycle } from "./TaskLifecycle.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "./transition.js"
 
 /** How many times one message re-evaluates after losing the version CAS before giving up. */
@@ -15,6 +17,11 @@ export const GenerationTaskLive = GenerationTask.toLayer(
     const address = yield* Entity.CurrentAddress
     const taskId = address.entityId as string as TaskId
     const store = yield* TaskStore
+    const lifecycle = yield* TaskLifecycle
+    // the lifecycle fiber and the Rpc handlers both commit: one decision at a time, so neither loses a CAS to
+    // the other, and the lifecycle wakes when a handler moved the task
+    const decisions = yield* Effect.makeSemaphore(1)
+    const changed = yield* Queue.sliding<void>(1)
     // Memory is a cache of PostgreSQL: filled at start, replaced by what each commit wrote, dropped on CAS loss.
     const cache = yield* Ref.make(yield* store.load(taskId).pipe(Effect.orElseSucceed(() => Option.none())))
 
@@ -30,7 +37,7 @@ export const GenerationTaskLive = GenerationTask.toLayer(
     })
 
     /** Evaluates `decide` against the current state and commits its change, reloading on a lost CAS. */
-    const apply = Effect.fn("GenerationTask.apply")(function*(decide: (state: TaskState, now: Date) => Outcome) {
+    const applyOnce = Effect.fn("GenerationTask.apply")(function*(decide: (state: TaskState, now: Date) => Outcome) {
       for (let round = 0; round < MAX_CAS_ROUNDS; round++) {
         const state = yield* current
         if (state.task.writeEpoch > store.fence.epoch) {
@@ -60,20 +67,47 @@ export const GenerationTaskLive = GenerationTask.toLayer(
       const state = yield* current
       return yield* new VersionConflict({ taskId, expected: state.task.version })
     })
+    const apply = (decide: (state: TaskState, now: Date) => Outcome) =>
+      decisions.withPermits(1)(applyOnce(decide)).pipe(
+        Effect.tap((res) => (res.outcome === "changed" ? Queue.offer(changed, undefined) : Effect.void))
+      )
+
+    const observe = (observation: ProviderObservation) =>
+      Effect.gen(function*() {
+        const res = yield* apply((s, now) => transition(s.task, s.attempt, observation, now))
+        if (res.outcome === "conflict") {
+          yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
+          yield* Effect.logWarning("contradictory provider observation sent to reconciliation")
+            .pipe(Effect.annotateLogs({ reason: res.reason }))
+        }
+        return res
+      }).pipe(Effect.annotateLogs({ task_id: taskId, trace_id: observation.traceId }))
+
+    let failures = 0
+    // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
+    // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again.
+    yield* Effect.gen(function*() {
+      yield* Entity.keepAlive(true)
+      yield* lifecycle.drive({
+        taskId,
+        current,
+        apply,
+        observe,
+        waitForChange: (ms) =>
+          Effect.ignore(Effect.timeout(Queue.take(changed), Duration.millis(Math.min(ms, 2 ** 31 - 1)))),
+        failed: () => ++failures,
+        failures: () => failures,
+        succeeded: () => {
+          failures = 0
+        }
+      })
+      yield* Entity.keepAlive(false)
+    }).pipe(Effect.provideService(Entity.CurrentAddress, address), Effect.forkScoped)
 
     return {
       Start: () => Effect.map(current, (s) => s.task),
       GetSnapshot: () => Effect.map(current, (s) => s.task),
-      Observe: ({ payload: observation }) =>
-        Effect.gen(function*() {
-          const res = yield* apply((s, now) => transition(s.task, s.attempt, observation, now))
-          if (res.outcome === "conflict") {
-            yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
-            yield* Effect.logWarning("contradictory provider observation sent to reconciliation")
-              .pipe(Effect.annotateLogs({ reason: res.reason }))
-          }
-          return res
-        }).pipe(Effect.annotateLogs({ task_id: taskId, trace_id: observation.traceId })),
+      Observe: ({ payload }) => observe(payload),
       Cancel: ({ payload }) =>
         apply((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
           .pipe(Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId }))

@@ -29,6 +29,8 @@ export type IgnoreReason =
 export interface Change {
   readonly task: TaskSnapshot
   readonly attempt: AttemptSnapshot | null
+  /** The attempt is new (a retried submission): inserted, and the task's other live attempts retired. */
+  readonly newAttempt?: boolean
   readonly eventType: TaskEventType
   readonly source: EventSource
   readonly publicPayload: PublicTaskPayload
@@ -57,7 +59,7 @@ export const defaultTransitionOptions: TransitionOptions = {
   progressInterval: Duration.seconds(2)
 }
 
-interface Target {
+export interface Target {
   readonly status: TaskStatus
   readonly stage: Stage
   readonly progress: number | null
@@ -248,7 +250,7 @@ export const transition = (
   return change(target)
 }
 
-const current = (task: TaskSnapshot): Target => ({
+export const current = (task: TaskSnapshot): Target => ({
   status: task.status,
   stage: task.stage,
   progress: task.progress,

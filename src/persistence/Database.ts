@@ -13,6 +13,7 @@ import commitTaskChange from "../../migrations/0002_commit_task_change.js"
 import commitTaskChanges from "../../migrations/0003_commit_task_changes.js"
 import inboxAttempt from "../../migrations/0004_inbox_attempt.js"
 import inboxBody from "../../migrations/0005_inbox_body.js"
+import lifecycle from "../../migrations/0006_lifecycle.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -29,7 +30,8 @@ const runMigrations = Migrator.make({})({
     "0002_commit_task_change": commitTaskChange,
     "0003_commit_task_changes": commitTaskChanges,
     "0004_inbox_attempt": inboxAttempt,
-    "0005_inbox_body": inboxBody
+    "0005_inbox_body": inboxBody,
+    "0006_lifecycle": lifecycle
   }),
   table: "app_migrations"
 })

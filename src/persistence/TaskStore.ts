@@ -45,7 +45,7 @@ export const taskFromRow = (r: Record<string, any>): TaskSnapshot =>
     terminalAt: r.terminal_at
   }, trusted)
 
-const attemptFromRow = (r: Record<string, any>): AttemptSnapshot =>
+export const attemptFromRow = (r: Record<string, any>): AttemptSnapshot =>
   new AttemptSnapshot({
     id: r.id,
     taskId: r.task_id,
@@ -58,6 +58,8 @@ const attemptFromRow = (r: Record<string, any>): AttemptSnapshot =>
     lastProviderSeq: r.last_provider_seq,
     lastProviderAt: r.last_provider_at,
     unknownSince: r.unknown_since,
+    submitStartedAt: r.submit_started_at,
+    outputDeadlineAt: r.output_deadline_at,
     outputRefs: r.output_refs
   }, trusted)
 
@@ -171,7 +173,14 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         last_provider_seq: a?.lastProviderSeq ?? null,
         last_provider_at: a?.lastProviderAt ?? null,
         unknown_since: a?.unknownSince ?? null,
+        submit_started_at: a?.submitStartedAt ?? null,
+        output_deadline_at: a?.outputDeadlineAt ?? null,
         output_refs: a?.outputRefs ?? [],
+        new_attempt: change.newAttempt === true,
+        attempt_no: a?.attemptNo ?? null,
+        provider: a?.provider ?? null,
+        model: a?.model ?? null,
+        client_request_id: a?.clientRequestId ?? null,
         event_id: eventId,
         event_type: change.eventType,
         public_payload: change.publicPayload,

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Effect } from "effect"
+import { Config, Duration, Effect } from "effect"
 
 export const FENCE_SCOPE = "global"
 
@@ -30,6 +30,14 @@ export class WriteFence extends Effect.Service<WriteFence>()("WriteFence", {
         .pipe(Effect.annotateLogs({ region, activeRegion: rows[0]!.active_region }))
     }
     const token: FenceToken = { region, epoch }
-    return { token } as const
+    /** The system mode (seed 19.5.5), re-read at most once a second: what background work may start now. */
+    const mode = yield* Effect.cachedWithTTL(
+      sql<{ mode: string }>`SELECT mode FROM region_write_fence WHERE resource_scope = ${FENCE_SCOPE}`.pipe(
+        Effect.map((rows) => rows[0]?.mode ?? "MAINTENANCE"),
+        Effect.orElseSucceed(() => "MAINTENANCE")
+      ),
+      Duration.seconds(1)
+    )
+    return { token, mode } as const
   }).pipe(Effect.orDie)
 }) {}

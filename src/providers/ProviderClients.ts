@@ -14,6 +14,9 @@ export class SubmitRejected extends Data.TaggedError("SubmitRejected")<{ readonl
 /** The request may have reached the provider (timeout, reset, 5xx): SUBMIT_UNKNOWN, never re-submit blindly. */
 export class SubmitUnknown extends Data.TaggedError("SubmitUnknown")<{ readonly reason: string }> {}
 
+/** This provider offers no lookup by our idempotency key: an unknown submit waits for a callback or a human. */
+export class LookupUnsupported extends Data.TaggedError("LookupUnsupported")<{ readonly provider: string }> {}
+
 /** A failed query or cancel, classified per seed 12.8.4. Never a reason to re-submit. */
 export class ProviderCallFailed extends Data.TaggedError("ProviderCallFailed")<{
   readonly kind: "rate_limited" | "server" | "network" | "not_found" | "auth" | "malformed"
@@ -37,7 +40,18 @@ export interface ProviderClient {
   ) => Effect.Effect<{ readonly providerTaskId: string }, SubmitRejected | SubmitUnknown>
   readonly query: (providerTaskId: string, model: string) => Effect.Effect<ProviderReport, ProviderCallFailed>
   readonly cancel: (providerTaskId: string, model: string) => Effect.Effect<void, ProviderCallFailed>
+  /**
+   * Which job (if any) the provider holds for our idempotency key: how an unknown submit is resolved without
+   * ever submitting twice. None means the provider confirms it has nothing.
+   */
+  readonly lookup: (
+    clientRequestId: string
+  ) => Effect.Effect<Option.Option<string>, ProviderCallFailed | LookupUnsupported>
+  /** How to download one output reference (None: a location this client cannot fetch, e.g. gs://). */
+  readonly outputRequest: (ref: string) => Option.Option<HttpClientRequest.HttpClientRequest>
 }
+
+const LookupAnswer = Schema.Struct({ provider_task_id: Schema.String })
 
 const defaults: Record<string, string> = {
   openai: "https://api.openai.com",
@@ -77,13 +91,20 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
       Effect.map(
         Config.all({
           baseUrl: Config.string(`${name.toUpperCase()}_BASE_URL`).pipe(Config.withDefault(defaults[name]!)),
-          apiKey: Config.option(Config.redacted(`${name.toUpperCase()}_API_KEY`))
+          apiKey: Config.option(Config.redacted(`${name.toUpperCase()}_API_KEY`)),
+          // None of these providers documents a lookup by idempotency key (Kling's external_task_id is the
+          // closest): it is off unless the endpoint is known to exist (the simulator has it). Off, an unknown
+          // submit is never guessed to be absent: it waits for a callback, then goes to manual review.
+          lookup: Config.boolean(`${name.toUpperCase()}_LOOKUP`).pipe(Config.withDefault(false))
         }),
         (s) => [name, s] as const
       ))
     const webhookUrl = (provider: string) => `${publicBaseUrl}/webhooks/${provider}`
 
-    const make = (name: string, baseUrl: string, apiKey: Option.Option<Redacted.Redacted>): ProviderClient => {
+    const make = (
+      name: string,
+      { apiKey, baseUrl, lookup }: { baseUrl: string; apiKey: Option.Option<Redacted.Redacted>; lookup: boolean }
+    ): ProviderClient => {
       const request = (method: "GET" | "POST" | "PUT" | "DELETE", path: string, body?: unknown, key?: string) => {
         let req = HttpClientRequest.make(method)(`${baseUrl}${path}`)
         if (Option.isSome(apiKey)) req = HttpClientRequest.bearerToken(req, Redacted.value(apiKey.value))
@@ -144,9 +165,38 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
             })
           )
 
+      const common = {
+        lookup: (key: string) =>
+          !lookup
+            ? Effect.fail(new LookupUnsupported({ provider: name }))
+            : callWithStatus("GET", `/_lookup/${encodeURIComponent(key)}`, Schema.Unknown, undefined, [404]).pipe(
+              Effect.flatMap((r) =>
+                r.status === 404 ? Effect.succeedNone : Effect.map(
+                  Schema.decodeUnknown(LookupAnswer)(r.body),
+                  (a) => Option.some(a.provider_task_id)
+                ).pipe(
+                  Effect.mapError((e) =>
+                    new ProviderCallFailed({ kind: "malformed", retryAfter: Option.none(), detail: String(e) })
+                  )
+                )
+              )
+            ),
+        outputRequest: (ref: string): Option.Option<HttpClientRequest.HttpClientRequest> => {
+          if (ref.startsWith("openai:video:")) {
+            const req = HttpClientRequest.get(`${baseUrl}/v1/videos/${ref.slice("openai:video:".length)}/content`)
+            return Option.some(
+              Option.isSome(apiKey) ? HttpClientRequest.bearerToken(req, Redacted.value(apiKey.value)) : req
+            )
+          }
+          // provider output URLs are pre-signed or public: our API key is never sent to them
+          return /^https?:\/\//.test(ref) ? Option.some(HttpClientRequest.get(ref)) : Option.none()
+        }
+      }
+
       switch (name) {
         case "openai":
           return {
+            ...common,
             submit: (r) =>
               submitWith(
                 "/v1/videos",
@@ -159,6 +209,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
           }
         case "replicate":
           return {
+            ...common,
             submit: (r) =>
               submitWith(
                 "/v1/predictions",
@@ -176,6 +227,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
           }
         case "fal":
           return {
+            ...common,
             submit: (r) =>
               submitWith(
                 `/${r.model}?fal_webhook=${encodeURIComponent(webhookUrl("fal"))}`,
@@ -210,6 +262,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
           }
         case "runway":
           return {
+            ...common,
             submit: (r) =>
               submitWith(
                 "/v1/image_to_video",
@@ -222,6 +275,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
           }
         case "luma":
           return {
+            ...common,
             submit: (r) => {
               const token = Option.match(tokenSecret, {
                 onNone: () => "",
@@ -243,6 +297,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
           }
         default:
           return {
+            ...common,
             submit: (r) =>
               submitWith(
                 `/v1/models/${r.model}/predictLongRunning`,
@@ -260,7 +315,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
       }
     }
 
-    const clients = new Map(settings.map(([name, s]) => [name, make(name, s.baseUrl, s.apiKey)]))
+    const clients = new Map(settings.map(([name, s]) => [name, make(name, s)]))
     return {
       get: (provider: string): Option.Option<ProviderClient> => Option.fromNullable(clients.get(provider))
     } as const

@@ -110,6 +110,9 @@ export class AttemptSnapshot extends Schema.Class<AttemptSnapshot>("AttemptSnaps
   lastProviderSeq: Schema.NullOr(Schema.Int),
   lastProviderAt: Schema.NullOr(Schema.Date),
   unknownSince: Schema.NullOr(Schema.Date),
+  submitStartedAt: Schema.NullOr(Schema.Date),
+  /** Until when the provider keeps the output downloadable: output work is ordered by it. */
+  outputDeadlineAt: Schema.NullOr(Schema.Date),
   /** Temporary provider output locations: internal only, never in a public payload. */
   outputRefs: Schema.Array(Schema.String)
 }) {}

@@ -9,6 +9,7 @@ import {
 import { Clock, Duration, Effect, FiberMap, Ref, Schema } from "effect"
 import { generateKeyPairSync } from "node:crypto"
 import { renderFalResult, renderJob, renderWebhook, type Signers } from "./renderings.js"
+import { sampleMp4 } from "./sampleMp4.js"
 import { FaultConfig, type Job, type Phase, phaseOf, pickOutcome, type SimProvider } from "./SimulatorState.js"
 
 export interface SimulatorOptions {
@@ -42,7 +43,15 @@ export const makeSimulator = (options: SimulatorOptions) =>
     const faults = yield* Ref.make(FaultConfig.defaults)
     const jobs = new Map<string, Job>()
     const submissions = new Map<string, number>()
-    const stats = { webhooksSent: 0, webhooksDropped: 0, webhooksDuplicated: 0, queries: 0, throttled: 0 }
+    const byKey = new Map<string, string>()
+    const stats = {
+      webhooksSent: 0,
+      webhooksDropped: 0,
+      webhooksDuplicated: 0,
+      queries: 0,
+      throttled: 0,
+      downloads: 0
+    }
     const fal = generateKeyPairSync("ed25519")
     const signers: Signers = {
       openaiSecret: options.openaiSecret,
@@ -111,7 +120,13 @@ export const makeSimulator = (options: SimulatorOptions) =>
         yield* notify(job, { _tag: "done", outcome: job.outcome })
       })
 
-    const create = (provider: SimProvider, key: string, model: string, webhookUrl: string | null) =>
+    const create = (
+      provider: SimProvider,
+      key: string,
+      model: string,
+      webhookUrl: string | null,
+      outputBase: string
+    ) =>
       Effect.gen(function*() {
         const f = yield* Ref.get(faults)
         const now = yield* Clock.currentTimeMillis
@@ -127,9 +142,11 @@ export const makeSimulator = (options: SimulatorOptions) =>
           queuedMs: Math.floor(f.jobDurationMs * f.queuedShare),
           outcome: pickOutcome(f.outcomes, Math.random()),
           webhookUrl,
+          outputBase,
           canceledAt: null
         }
         jobs.set(id, job)
+        byKey.set(`${provider}:${key}`, id)
         yield* FiberMap.run(timelines, id, timeline(job))
         return job
       })
@@ -166,7 +183,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
           provider,
           key,
           body.model ?? body.version ?? "default",
-          webhookOf(body, url.searchParams)
+          webhookOf(body, url.searchParams),
+          `http://${request.headers.host ?? "127.0.0.1"}`
         )
         const f = yield* Ref.get(faults)
         // accepted, but the response is lost: the client sees a timeout after the job exists
@@ -196,6 +214,27 @@ export const makeSimulator = (options: SimulatorOptions) =>
         return json(renderJob(job, now))
       }))
 
+    /** Lookup by idempotency key (not a documented API of these providers: see ProviderClients' lookup). */
+    const lookup = (provider: SimProvider) =>
+      withFaults(Effect.gen(function*() {
+        const { key } = yield* HttpRouter.params
+        const id = byKey.get(`${provider}:${key ?? ""}`)
+        return id === undefined ? json({ error: "not found" }, 404) : json({ provider_task_id: id })
+      }))
+
+    const video = (provider: SimProvider) =>
+      Effect.gen(function*() {
+        const { id } = yield* HttpRouter.params
+        const job = jobs.get(decodeURIComponent(id ?? "").replace(/\.mp4$/, ""))
+        if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
+        const phase = phaseOf(job, yield* Clock.currentTimeMillis)
+        if (phase._tag !== "done" || phase.outcome !== "succeeded") return json({ error: "no output" }, 404)
+        stats.downloads++
+        return HttpServerResponse.uint8Array(sampleMp4(Math.max(1, Math.round(job.durationMs / 1000))), {
+          contentType: "video/mp4"
+        })
+      })
+
     const providerRoutes = HttpRouter.empty.pipe(
       // OpenAI Videos
       HttpRouter.post(
@@ -204,6 +243,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
       ),
       HttpRouter.get("/openai/v1/videos/:id", jobResponse("openai")),
       HttpRouter.del("/openai/v1/videos/:id", cancel("openai")),
+      HttpRouter.get("/openai/v1/videos/:id/content", video("openai")),
       // Replicate
       HttpRouter.post(
         "/replicate/v1/predictions",
@@ -249,6 +289,20 @@ export const makeSimulator = (options: SimulatorOptions) =>
       HttpRouter.post("/veo/v1/models/:model/predictLongRunning", submit("veo", (j) => ({ name: j.id }), () => null)),
       HttpRouter.get("/veo/v1/operations/:id", jobResponse("veo"))
     )
+    const lookupRoutes = HttpRouter.empty.pipe(
+      HttpRouter.get("/openai/_lookup/:key", lookup("openai")),
+      HttpRouter.get("/replicate/_lookup/:key", lookup("replicate")),
+      HttpRouter.get("/fal/_lookup/:key", lookup("fal")),
+      HttpRouter.get("/runway/_lookup/:key", lookup("runway")),
+      HttpRouter.get("/luma/_lookup/:key", lookup("luma")),
+      HttpRouter.get("/veo/_lookup/:key", lookup("veo")),
+      HttpRouter.get("/_sim/output/openai/:id", video("openai")),
+      HttpRouter.get("/_sim/output/replicate/:id", video("replicate")),
+      HttpRouter.get("/_sim/output/fal/:id", video("fal")),
+      HttpRouter.get("/_sim/output/runway/:id", video("runway")),
+      HttpRouter.get("/_sim/output/luma/:id", video("luma")),
+      HttpRouter.get("/_sim/output/veo/:id", video("veo"))
+    )
     const controlRoutes = HttpRouter.empty.pipe(
       HttpRouter.get("/_sim/faults", Effect.map(Ref.get(faults), (f) => json(f))),
       HttpRouter.post(
@@ -282,7 +336,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
           }))))
       )
     )
-    const router = HttpRouter.concat(providerRoutes, controlRoutes)
+    const router = HttpRouter.concatAll(providerRoutes, lookupRoutes, controlRoutes)
 
     return {
       router,

@@ -58,6 +58,8 @@ export interface Job {
   readonly queuedMs: number
   readonly outcome: Outcome
   readonly webhookUrl: string | null
+  /** The simulator's own address as the client reached it: where outputs are downloaded from. */
+  readonly outputBase: string
   canceledAt: number | null
 }
 

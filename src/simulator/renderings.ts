@@ -3,12 +3,15 @@ import { Webhook } from "standardwebhooks"
 import { falSigningString } from "../providers/signatures.js"
 import { type Job, type Phase, phaseOf } from "./SimulatorState.js"
 
+/** Where the simulator serves a succeeded job's video (GET /_sim/output/...): a real, small MP4. */
+export const outputUrl = (job: Job): string =>
+  `${job.outputBase}/_sim/output/${job.provider}/${encodeURIComponent(job.id)}.mp4`
+
 /** What each provider's query API answers for a job, in that provider's own format. */
 export const renderJob = (job: Job, now: number): unknown => {
   const phase = phaseOf(job, now)
   const done = phase._tag === "done" ? phase.outcome : null
   const progress = phase._tag === "running" ? phase.progress : done === "succeeded" ? 100 : 0
-  const output = `${job.provider}-output/${job.id}.mp4`
   switch (job.provider) {
     case "openai":
       return {
@@ -25,7 +28,7 @@ export const renderJob = (job: Job, now: number): unknown => {
         completed_at: done ? Math.floor(now / 1000) : null
       }
     case "replicate":
-      return replicatePrediction(job, phase, output)
+      return replicatePrediction(job, phase)
     case "fal":
       return {
         status: phase._tag === "queued" ? "IN_QUEUE" : phase._tag === "running" ? "IN_PROGRESS" : "COMPLETED",
@@ -41,16 +44,18 @@ export const renderJob = (job: Job, now: number): unknown => {
           ? "FAILED"
           : "CANCELLED",
         progress: phase._tag === "running" ? phase.progress / 100 : null,
-        output: done === "succeeded" ? [`https://sim.invalid/${output}`] : null,
+        output: done === "succeeded" ? [outputUrl(job)] : null,
         failureCode: done === "failed" ? "INTERNAL" : null
       }
     case "luma":
-      return lumaGeneration(job, phase, output)
+      return lumaGeneration(job, phase)
     case "veo":
       return {
         name: job.id,
         done: done !== null,
-        ...(done === "succeeded" ? { response: { videos: [{ gcsUri: `gs://sim/${output}` }] } } : {}),
+        ...(done === "succeeded"
+          ? { response: { videos: [{ gcsUri: `gs://sim/${job.provider}-output/${job.id}.mp4` }] } }
+          : {}),
         ...(done !== null && done !== "succeeded"
           ? { error: { code: done === "canceled" ? 1 : 13, message: done } }
           : {})
@@ -63,24 +68,24 @@ export const renderFalResult = (job: Job, now: number): { status: number; body: 
   const phase = phaseOf(job, now)
   if (phase._tag !== "done") return { status: 400, body: { detail: "Request is still in progress" } }
   return phase.outcome === "succeeded"
-    ? { status: 200, body: { video: { url: `https://sim.invalid/fal-output/${job.id}.mp4` } } }
+    ? { status: 200, body: { video: { url: outputUrl(job) } } }
     : { status: 422, body: { detail: phase.outcome === "canceled" ? "Request was canceled" : "Generation failed" } }
 }
 
-const replicatePrediction = (job: Job, phase: Phase, output: string) => {
+const replicatePrediction = (job: Job, phase: Phase) => {
   const done = phase._tag === "done" ? phase.outcome : null
   return {
     id: job.id,
     model: job.model,
     status: phase._tag === "queued" ? "starting" : phase._tag === "running" ? "processing" : done,
-    output: done === "succeeded" ? `https://sim.invalid/${output}` : null,
+    output: done === "succeeded" ? outputUrl(job) : null,
     error: done === "failed" ? "generation failed" : null,
     created_at: new Date(job.createdAt).toISOString(),
     completed_at: done ? new Date().toISOString() : null
   }
 }
 
-const lumaGeneration = (job: Job, phase: Phase, output: string) => {
+const lumaGeneration = (job: Job, phase: Phase) => {
   const done = phase._tag === "done" ? phase.outcome : null
   return {
     id: job.id,
@@ -88,7 +93,7 @@ const lumaGeneration = (job: Job, phase: Phase, output: string) => {
       ? "completed"
       : "failed",
     failure_reason: done !== null && done !== "succeeded" ? done : null,
-    assets: done === "succeeded" ? { video: `https://sim.invalid/${output}` } : null,
+    assets: done === "succeeded" ? { video: outputUrl(job) } : null,
     created_at: new Date(job.createdAt).toISOString()
   }
 }
@@ -121,7 +126,6 @@ const standardHeaders = (secret: string, id: string, body: string) => {
  */
 export const renderWebhook = (job: Job, phase: Phase, signers: Signers, seq: number): Delivery | null => {
   if (job.webhookUrl === null) return null
-  const output = `${job.provider}-output/${job.id}.mp4`
   switch (job.provider) {
     case "openai": {
       if (phase._tag !== "done" || phase.outcome === "canceled") return null
@@ -136,7 +140,7 @@ export const renderWebhook = (job: Job, phase: Phase, signers: Signers, seq: num
     }
     case "replicate": {
       if (phase._tag === "queued") return null
-      const body = JSON.stringify(replicatePrediction(job, phase, output))
+      const body = JSON.stringify(replicatePrediction(job, phase))
       return {
         url: job.webhookUrl,
         body,
@@ -147,7 +151,7 @@ export const renderWebhook = (job: Job, phase: Phase, signers: Signers, seq: num
       if (phase._tag !== "done" || phase.outcome === "canceled") return null
       const body = JSON.stringify(
         phase.outcome === "succeeded"
-          ? { request_id: job.id, status: "OK", payload: { video: { url: `https://sim.invalid/${output}` } } }
+          ? { request_id: job.id, status: "OK", payload: { video: { url: outputUrl(job) } } }
           : { request_id: job.id, status: "ERROR", error: "generation failed", payload: null }
       )
       const ts = String(Math.floor(Date.now() / 1000))
@@ -168,7 +172,7 @@ export const renderWebhook = (job: Job, phase: Phase, signers: Signers, seq: num
     case "luma":
       return {
         url: job.webhookUrl,
-        body: JSON.stringify(lumaGeneration(job, phase, output)),
+        body: JSON.stringify(lumaGeneration(job, phase)),
         headers: { "content-type": "application/json" }
       }
     case "runway":

@@ -49,6 +49,8 @@ export const makeAttempt = (overrides: Partial<ConstructorParameters<typeof Atte
     lastProviderSeq: null,
     lastProviderAt: null,
     unknownSince: null,
+    submitStartedAt: null,
+    outputDeadlineAt: null,
     outputRefs: [],
     ...overrides
   })

@@ -1,7 +1,7 @@
 import { ConfigProvider, Effect, Layer, Logger, LogLevel } from "effect"
 import * as net from "node:net"
 import * as Database from "../../src/persistence/Database.js"
-import { layerRunner, layerStores } from "../../src/runners/Runner.js"
+import { layerLifecycle, layerLifecycleDisabled, layerRunnerWith, layerStores } from "../../src/runners/Runner.js"
 import { RunnerConfig } from "../../src/runners/RunnerConfig.js"
 
 /** A free TCP port on loopback for a runner's socket server. */
@@ -17,12 +17,20 @@ export const freePort = Effect.async<number>((resume) => {
 export const runnerConfig = (env: Record<string, string>) =>
   Effect.withConfigProvider(RunnerConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))).pipe(Effect.orDie)
 
-/** One complete cluster runner (entities, clients, stores) on the given database. */
-export const layerTestRunner = <E, R>(database: Layer.Layer<Database.Sql, E, R>) =>
+/**
+ * One complete cluster runner (entities, clients, stores) on the given database. Without `lifecycle` its
+ * entities only apply what they are sent (no submissions or polls of their own).
+ */
+export const layerTestRunner = <E, R>(
+  database: Layer.Layer<Database.Sql, E, R>,
+  options: { readonly lifecycle?: boolean } = {}
+) =>
   Layer.unwrapEffect(Effect.gen(function*() {
     const port = yield* freePort
     const c = yield* runnerConfig({ RUNNER_PORT: String(port) })
-    return layerRunner(c).pipe(Layer.provideMerge(layerStores(database)))
+    return options.lifecycle === true
+      ? layerRunnerWith(c, layerLifecycle).pipe(Layer.provideMerge(layerStores(database)))
+      : layerRunnerWith(c, layerLifecycleDisabled).pipe(Layer.provideMerge(layerStores(database)))
   }))
 
 /** Tests log warnings and errors only; the runner's INFO lines (every HTTP response) would drown the output. */

@@ -1,0 +1,279 @@
+import { Clock, Config, Duration, Effect, Either, Option, Schedule } from "effect"
+import { probeMp4 } from "../output/mp4Probe.js"
+import { ObjectStore } from "../output/ObjectStore.js"
+import { OutputDownloader } from "../output/OutputDownloader.js"
+import { OutputWork } from "../output/OutputWork.js"
+import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
+import { TaskOperations } from "../persistence/TaskOperations.js"
+import type { TaskState } from "../persistence/TaskStore.js"
+import { WriteFence } from "../persistence/WriteFence.js"
+import { ProviderClients } from "../providers/ProviderClients.js"
+import { ProviderQuota } from "../quota/ProviderQuota.js"
+import type { TaskId } from "../schema/ids.js"
+import { isTerminal } from "../schema/task.js"
+import type { CommandResult } from "./GenerationTask.js"
+import * as Steps from "./lifecycle.js"
+import { makePoller, type TaskHandle } from "./poller.js"
+import { PollPolicyConfig } from "./pollPolicy.js"
+import type { Outcome } from "./transition.js"
+
+export type { TaskHandle }
+
+/** Modes in which new generations may be sent to providers (seed 19.5.5); other modes keep jobs moving only. */
+const SUBMITTING_MODES: ReadonlySet<string> = new Set(["NORMAL", "DEGRADED_NOTIFY"])
+
+export const LifecycleConfig = Config.all({
+  policy: PollPolicyConfig,
+  submitConcurrency: Config.integer("SUBMIT_CONCURRENCY").pipe(Config.withDefault(200)),
+  maxSubmitAttempts: Config.integer("MAX_SUBMIT_ATTEMPTS").pipe(Config.withDefault(3)),
+  // how long after an unknown submit a provider's "nothing under this key" is believed (the request may still
+  // be in flight inside the provider), and how long an unknown submit without a lookup waits for a callback
+  submitUnknownGrace: Config.duration("SUBMIT_UNKNOWN_GRACE").pipe(Config.withDefault(Duration.seconds(30))),
+  submitUnknownDeadline: Config.duration("SUBMIT_UNKNOWN_DEADLINE").pipe(Config.withDefault(Duration.hours(1))),
+  pollLease: Config.duration("POLL_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
+  outputUrlTtl: Config.duration("OUTPUT_URL_TTL").pipe(Config.withDefault(Duration.hours(1)))
+})
+
+const meta = (taskId: TaskId) => ({ source: "system" as const, traceId: `lifecycle-${taskId}` })
+
+/**
+ * Drives one task from queued to a terminal state, as a fiber in its entity's scope: submits it (exactly once
+ * per attempt, resolving unknown outcomes by lookup), polls the provider on the task's schedule, asks the
+ * provider to cancel, fetches and checks the output. Every decision is a pure step (lifecycle.ts, transition.ts)
+ * committed through the entity; everything it waits for is in PostgreSQL, so a new owner after a shard move
+ * resumes where the last one stopped.
+ */
+export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycle", {
+  effect: Effect.gen(function*() {
+    const config = yield* LifecycleConfig
+    const clients = yield* ProviderClients
+    const schedule = yield* AttemptSchedule
+    const operations = yield* TaskOperations
+    const downloader = yield* OutputDownloader
+    const objects = yield* ObjectStore
+    const work = yield* OutputWork
+    const fence = yield* WriteFence
+    const quota = yield* ProviderQuota
+    const poller = makePoller({ clients, schedule, quota, config })
+    const scaled = (seconds: number) => seconds * 1000 * config.policy.scale * (0.8 + Math.random() * 0.4)
+
+    /** Commits a step; the number is how soon to look again (0: at once, the state moved). */
+    const commit = (h: TaskHandle, decide: (s: TaskState, now: Date) => Outcome, thenMs = 0) =>
+      Effect.as(h.apply(decide), thenMs)
+
+    const submit = (h: TaskHandle, s: TaskState) =>
+      Effect.gen(function*() {
+        const attempt = s.attempt!
+        const client = clients.get(attempt.provider)
+        if (Option.isNone(client)) {
+          yield* Effect.logError("no client for this provider: the task cannot be submitted")
+          return yield* commit(h, (st, now) =>
+            Steps.retrySubmission(st, attempt.id, 0, "invalid_input", now, meta(h.taskId)))
+        }
+        if (!SUBMITTING_MODES.has(yield* fence.mode)) {
+          return scaled(5)
+        }
+        const request = yield* schedule.requestOf(h.taskId)
+        const scope = `${attempt.provider}/${attempt.model}/${request.tenantId}`
+        if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) return scaled(3)
+        const begun = yield* h.apply((st, now) => Steps.beginSubmit(st, now, meta(h.taskId)))
+        if (begun.outcome !== "changed") return 0
+        const result = yield* client.value.submit({
+          attemptId: attempt.id,
+          clientRequestId: attempt.clientRequestId,
+          model: attempt.model,
+          prompt: request.prompt,
+          durationSeconds: request.durationSeconds
+        }).pipe(Effect.either)
+        if (Either.isRight(result)) {
+          yield* h.apply((st, now) =>
+            Steps.submitAccepted(st, attempt.id, result.right.providerTaskId, now, meta(h.taskId))
+          )
+          yield* schedule.schedule(attempt.id, poller.firstPollMs())
+          return 0
+        }
+        const error = result.left
+        yield* Effect.logWarning("submission did not go through", error)
+        if (error._tag === "SubmitUnknown") {
+          return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
+        }
+        // a 429 is worth another attempt later; any other refusal is about the request itself
+        const retryable = error.code === "http_429"
+        return yield* commit(
+          h,
+          (st, now) =>
+            Steps.retrySubmission(
+              st,
+              attempt.id,
+              retryable ? config.maxSubmitAttempts : 0,
+              retryable ? "provider_unavailable" : "invalid_input",
+              now,
+              meta(h.taskId)
+            ),
+          scaled(2 ** attempt.attemptNo)
+        )
+      })
+
+    /** SUBMIT_UNKNOWN: ask the provider by our idempotency key; never a new attempt until it confirms nothing. */
+    const resolveUnknown = (h: TaskHandle, s: TaskState) =>
+      Effect.gen(function*() {
+        const attempt = s.attempt!
+        if (attempt.submitState === "SUBMITTING") {
+          return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
+        }
+        const now = yield* Clock.currentTimeMillis
+        const since = (attempt.unknownSince ?? attempt.submitStartedAt ?? s.task.updatedAt).getTime()
+        const request = yield* schedule.requestOf(h.taskId)
+        const client = yield* clients.get(attempt.provider)
+        yield* quota.acquire({ provider: attempt.provider, tenantId: request.tenantId })
+        const found = yield* client.lookup(attempt.clientRequestId).pipe(Effect.either)
+        if (Either.isRight(found)) {
+          if (Option.isSome(found.right)) {
+            const providerTaskId = found.right.value
+            yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h.taskId)))
+            yield* schedule.schedule(attempt.id, poller.firstPollMs())
+            return 0
+          }
+          const graceMs = Duration.toMillis(config.submitUnknownGrace)
+          if (now - since < graceMs) return graceMs - (now - since) + scaled(1)
+          return yield* commit(h, (st, at) =>
+            Steps.retrySubmission(st, attempt.id, config.maxSubmitAttempts, "provider_unavailable", at, meta(h.taskId)))
+        }
+        if (found.left._tag === "LookupUnsupported") {
+          if (now - since > Duration.toMillis(config.submitUnknownDeadline)) {
+            yield* Effect.logError("unknown submission could not be resolved: manual review")
+            return yield* commit(h, (st, at) =>
+              Steps.escalate(st, at, meta(h.taskId)))
+          }
+          return scaled(30)
+        }
+        yield* Effect.logWarning("lookup by idempotency key failed", found.left)
+        return poller.failureDelayMs(found.left, 1)
+      })
+
+    const fetchOutput = (h: TaskHandle, s: TaskState) =>
+      Effect.gen(function*() {
+        const attempt = s.attempt!
+        const deadline = attempt.outputDeadlineAt
+        const client = yield* clients.get(attempt.provider)
+        const ref = attempt.outputRefs[0]
+        const request = ref === undefined ? Option.none() : client.outputRequest(ref)
+        if (Option.isNone(request)) {
+          yield* Effect.logError("provider output cannot be fetched", { ref: ref ?? "none" })
+          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h.taskId)))
+        }
+        const key = `${h.taskId}/${attempt.id}/output.mp4`
+        const done = yield* operations.begin(h.taskId, attempt.id, "fetch_output", deadline)
+        if (Option.isNone(done)) {
+          const stored = yield* work.run(deadline, downloader.download(request.value, key)).pipe(Effect.either)
+          if (Either.isLeft(stored)) {
+            const e = stored.left
+            yield* Effect.logWarning("output fetch failed", e)
+            const retryIn = scaled(Math.min(300, 2 ** Math.min(h.failures(), 8)))
+            yield* operations.failed(
+              h.taskId,
+              attempt.id,
+              "fetch_output",
+              `${e.kind}: ${e.detail}`,
+              e.retryable ? retryIn : null
+            )
+            if (!e.retryable) return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h.taskId)))
+            h.failed()
+            return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h.taskId)), retryIn)
+          }
+          yield* operations.complete(h.taskId, attempt.id, "fetch_output", stored.right)
+        }
+        h.succeeded()
+        return yield* commit(h, (st, now) => Steps.outputStored(st, now, meta(h.taskId)))
+      })
+
+    /** Probes the stored file's MP4 structure (not a decode): a file that is not a video never becomes ready. */
+    const checkMedia = (h: TaskHandle, s: TaskState) =>
+      Effect.gen(function*() {
+        const key = `${h.taskId}/${s.attempt!.id}/output.mp4`
+        const head = yield* objects.head(key)
+        if (Option.isNone(head)) {
+          h.failed()
+          return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h.taskId)), scaled(2))
+        }
+        const bytes = yield* objects.readRange(key, 1 << 20)
+        const probe = probeMp4(bytes, head.value.bytes)
+        if (Either.isLeft(probe)) {
+          yield* Effect.logError("provider output is not a valid MP4", { reason: probe.left })
+          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h.taskId)))
+        }
+        return yield* commit(h, (st, now) => Steps.outputReady(st, key, now, meta(h.taskId)))
+      })
+
+    /** One unit of work for the task's current state; the result is how many ms until the next look. */
+    const step = (h: TaskHandle, s: TaskState): Effect.Effect<number, unknown> => {
+      const attempt = s.attempt
+      if (attempt === null) return Effect.succeed(Number.POSITIVE_INFINITY)
+      switch (s.task.status) {
+        case "queued":
+          return submit(h, s)
+        case "submitting":
+        case "submit_unknown":
+          return resolveUnknown(h, s)
+        case "cancel_requested":
+          return attempt.providerTaskId === null ? resolveUnknown(h, s) : poller.cancelThenPoll(h, s)
+        case "submitted":
+        case "running":
+        case "provider_status_unknown":
+          return poller.poll(h, s)
+        case "provider_succeeded":
+          return commit(h, (st, now) =>
+            Steps.beginOutput(
+              st,
+              new Date((attempt.lastProviderAt ?? now).getTime() + Duration.toMillis(config.outputUrlTtl)),
+              now,
+              meta(h.taskId)
+            ))
+        case "output_at_risk":
+          return Effect.flatMap(
+            Clock.currentTimeMillis,
+            (now) =>
+              attempt.outputDeadlineAt !== null && attempt.outputDeadlineAt.getTime() < now
+                ? commit(h, (st, at) => Steps.outputLost(st, at, meta(h.taskId)))
+                : commit(h, (st, at) => Steps.beginOutput(st, attempt.outputDeadlineAt ?? at, at, meta(h.taskId)))
+          )
+        case "fetching_output":
+          return fetchOutput(h, s)
+        case "processing_media":
+          return checkMedia(h, s)
+        default:
+          return Effect.succeed(Number.POSITIVE_INFINITY)
+      }
+    }
+
+    /**
+     * The task's lifecycle loop: runs until the task is terminal or waits for a human. Failures of one step
+     * (the database, a provider) are logged and retried with backoff; they never end the loop.
+     */
+    const drive = (h: TaskHandle): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        while (true) {
+          const s = yield* h.current.pipe(
+            Effect.retry({ while: (e) => e._tag === "StorageUnavailable", schedule: Schedule.spaced("2 seconds") })
+          )
+          if (isTerminal(s.task.status) || s.task.status === "manual_review") return
+          const delay = yield* step(h, s).pipe(
+            Effect.catchAllCause((cause) =>
+              Effect.as(
+                Effect.logWarning("lifecycle step failed; retrying", cause),
+                scaled(Math.min(60, 2 ** h.failed()))
+              )
+            )
+          )
+          if (delay > 0) yield* h.waitForChange(delay)
+        }
+      }).pipe(
+        Effect.catchAllCause((cause) => Effect.logError("task lifecycle stopped", cause)),
+        Effect.annotateLogs({ task_id: h.taskId })
+      )
+
+    return { drive } as const
+  })
+}) {}
+
+export type { CommandResult }

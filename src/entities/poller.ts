@@ -1,0 +1,167 @@
+import { Clock, Duration, Effect, Either, Option } from "effect"
+import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
+import type { TaskState } from "../persistence/TaskStore.js"
+import type { ProviderReport } from "../providers/ProviderAdapter.js"
+import { sha256hex } from "../providers/ProviderAdapter.js"
+import type { ProviderCallFailed, ProviderClients } from "../providers/ProviderClients.js"
+import type { ProviderQuota } from "../quota/ProviderQuota.js"
+import type { StorageUnavailable, TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
+import type { TaskId } from "../schema/ids.js"
+import { ProviderObservation } from "../schema/observation.js"
+import { type AttemptSnapshot, isTerminal, trusted } from "../schema/task.js"
+import type { CommandResult } from "./GenerationTask.js"
+import { providerLostJob } from "./lifecycle.js"
+import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "./pollPolicy.js"
+import type { Outcome } from "./transition.js"
+
+type WriteError = TaskNotFound | WriteFenced | VersionConflict | StorageUnavailable
+
+/** What the lifecycle needs of its entity: the cached state, commits through the entity, and a wake-up. */
+export interface TaskHandle {
+  readonly taskId: TaskId
+  readonly current: Effect.Effect<TaskState, TaskNotFound | StorageUnavailable>
+  readonly apply: (decide: (s: TaskState, now: Date) => Outcome) => Effect.Effect<CommandResult, WriteError>
+  /** The same path as a webhook's observation: one transition function for both. */
+  readonly observe: (o: ProviderObservation) => Effect.Effect<CommandResult, WriteError>
+  /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task. */
+  readonly waitForChange: (ms: number) => Effect.Effect<void>
+  /** Consecutive failed steps: counts one more and returns the count. */
+  readonly failed: () => number
+  readonly failures: () => number
+  readonly succeeded: () => void
+}
+
+/** A poll's answer as an observation: the same shape and the same transition as a webhook's. */
+export const pollObservation = (
+  attempt: AttemptSnapshot,
+  report: ProviderReport,
+  receivedAt: Date,
+  traceId: string
+): ProviderObservation =>
+  new ProviderObservation({
+    provider: attempt.provider,
+    providerEventId: null,
+    // one reconciliation record per contradictory status, however often polls repeat it
+    dedupKey: `poll:${report.providerTaskId ?? attempt.providerTaskId}:${report.status}`,
+    providerTaskId: report.providerTaskId ?? attempt.providerTaskId,
+    clientRequestId: report.clientRequestId,
+    attemptId: attempt.id,
+    providerSequence: report.providerSequence,
+    providerOccurredAt: report.providerUpdatedAt,
+    receivedAt,
+    status: report.status,
+    stage: report.stage,
+    progress: report.progress,
+    errorClass: report.errorClass,
+    errorCode: report.errorCode,
+    outputRefs: report.outputRefs,
+    source: "poll",
+    payloadHash: sha256hex(JSON.stringify(report)),
+    traceId
+  }, trusted)
+
+export interface PollerDeps {
+  readonly clients: ProviderClients
+  readonly schedule: AttemptSchedule
+  readonly quota: ProviderQuota
+  readonly config: { readonly policy: PollPolicy; readonly pollLease: Duration.Duration }
+}
+
+/**
+ * The polling half of a task's lifecycle (seed 12.8.3–12.8.4): waits for the attempt's next_poll_at, takes a
+ * quota token, holds the attempt's poll lease in PostgreSQL during the query, feeds the answer through the
+ * entity, and schedules the next poll by state and error class. 401/403 open the provider credential's breaker
+ * for every task on this runner; malformed answers are quarantined (kept in last_poll_error, never applied).
+ */
+export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => {
+  const breakers = new Map<string, number>()
+  const policy = config.policy
+  const leaseMs = Duration.toMillis(config.pollLease)
+
+  const failureDelayMs = (error: ProviderCallFailed, failures: number) => nextPollAfterFailure(error, failures, policy)
+
+  const poll = (h: TaskHandle, s: TaskState) =>
+    Effect.gen(function*() {
+      const attempt = s.attempt!
+      const sched = yield* schedule.get(attempt.id)
+      if (Option.isNone(sched)) return 1000
+      let now = yield* Clock.currentTimeMillis
+      const open = breakers.get(attempt.provider) ?? 0
+      if (open > now) return open - now
+      const { nextPollAt, pollFailures, pollLeaseUntil } = sched.value
+      if (nextPollAt === null) {
+        yield* schedule.schedule(attempt.id, firstPoll(policy))
+        return firstPoll(policy)
+      }
+      if (nextPollAt.getTime() > now) return nextPollAt.getTime() - now
+      if (pollLeaseUntil !== null && pollLeaseUntil.getTime() > now) return pollLeaseUntil.getTime() - now + 100
+      yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
+      const lease = yield* schedule.claim(attempt.id, leaseMs)
+      if (Option.isNone(lease)) return 1000 * policy.scale
+      const client = yield* clients.get(attempt.provider)
+      const answer = yield* client.query(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
+      now = yield* Clock.currentTimeMillis
+      if (Either.isRight(answer)) {
+        const res = yield* h.observe(pollObservation(attempt, answer.right, new Date(now), `poll-${lease.value.token}`))
+        const overdue = now - s.task.createdAt.getTime() > Duration.toMillis(policy.expectedMax)
+        if (overdue) yield* Effect.logWarning("task is past its expected maximum duration: polled rarely")
+        const delay = nextPollAfterSuccess(res.task.status, overdue, policy)
+        yield* schedule.finish(attempt.id, lease.value, { delayMs: delay, failed: false, error: null })
+        return isTerminal(res.task.status) || res.outcome === "changed" ? 0 : delay
+      }
+      const error = answer.left
+      const delay = failureDelayMs(error, pollFailures + 1)
+      switch (error.kind) {
+        case "rate_limited":
+          yield* quota.penalize(attempt.provider, Duration.millis(delay))
+          break
+        case "auth":
+          breakers.set(attempt.provider, now + delay)
+          yield* Effect.logError("provider refused our credential: breaker open", { provider: attempt.provider })
+          break
+        case "malformed":
+          yield* Effect.logWarning("malformed provider answer quarantined", { detail: error.detail })
+          break
+        case "not_found": {
+          const since = (attempt.submitStartedAt ?? s.task.createdAt).getTime()
+          if (now - since > Duration.toMillis(policy.notFoundGrace)) {
+            yield* h.apply((st, at) =>
+              providerLostJob(st, at, { source: "poll", traceId: `poll-${lease.value.token}` })
+            )
+          }
+          break
+        }
+        default:
+          yield* Effect.logDebug("provider query failed", { kind: error.kind, detail: error.detail })
+      }
+      yield* schedule.finish(attempt.id, lease.value, {
+        delayMs: delay,
+        failed: true,
+        error: `${error.kind}: ${error.detail}`.slice(0, 500)
+      })
+      return delay
+    })
+
+  /** cancel_requested: ask the provider once (remembered in PostgreSQL), then poll for its confirmation. */
+  const cancelThenPoll = (h: TaskHandle, s: TaskState) =>
+    Effect.gen(function*() {
+      const attempt = s.attempt!
+      const sched = yield* schedule.get(attempt.id)
+      if (Option.isSome(sched) && sched.value.cancelSentAt === null) {
+        const client = yield* clients.get(attempt.provider)
+        yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
+        const sent = yield* client.cancel(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
+        if (Either.isLeft(sent) && sent.left.kind !== "not_found") {
+          yield* Effect.logWarning("provider cancel failed; retrying", sent.left)
+          return failureDelayMs(sent.left, h.failed())
+        }
+        yield* schedule.markCancelSent(attempt.id)
+        // the confirmation is usually immediate: look soon
+        yield* schedule.schedule(attempt.id, 500 * policy.scale)
+        return 0
+      }
+      return yield* poll(h, s)
+    })
+
+  return { poll, cancelThenPoll, failureDelayMs, firstPollMs: () => firstPoll(policy) } as const
+}

@@ -1,0 +1,131 @@
+import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Effect, Option } from "effect"
+import { StorageUnavailable } from "../schema/errors.js"
+import type { AttemptId, TaskId } from "../schema/ids.js"
+
+export interface PollSchedule {
+  readonly nextPollAt: Date | null
+  readonly pollFailures: number
+  readonly pollLeaseUntil: Date | null
+  readonly cancelSentAt: Date | null
+}
+
+/** A held poll lease: the token the holder must show to finish the poll. */
+export interface PollLease {
+  readonly token: string
+  readonly latenessMs: number
+}
+
+const unavailable = (error: SqlError) =>
+  Effect.logError("attempt schedule: database failure", error).pipe(
+    Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the database is unavailable: retry later" })))
+  )
+
+/**
+ * The poller's durable bookkeeping, beside the versioned task state (nothing here is a task change, so no
+ * event): when each attempt is polled next, its failures, and a poll lease. The lease makes one poll in flight
+ * per attempt, even across runners: a runner killed mid-poll keeps its lease until it expires, then the new
+ * owner polls. Also the provider/model/tenant submission slots.
+ */
+export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptSchedule", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    const get = Effect.fn("AttemptSchedule.get")(function*(attemptId: AttemptId) {
+      const rows = yield* sql<{
+        next_poll_at: Date | null
+        poll_failures: number
+        poll_lease_until: Date | null
+        cancel_sent_at: Date | null
+      }>`SELECT next_poll_at, poll_failures, poll_lease_until, cancel_sent_at FROM task_attempts WHERE id = ${attemptId}`
+      const r = rows[0]
+      return r === undefined ? Option.none<PollSchedule>() : Option.some<PollSchedule>({
+        nextPollAt: r.next_poll_at,
+        pollFailures: r.poll_failures,
+        pollLeaseUntil: r.poll_lease_until,
+        cancelSentAt: r.cancel_sent_at
+      })
+    }, Effect.catchTag("SqlError", unavailable))
+
+    /** Takes the attempt's poll lease if the poll is due and nobody holds it; records how late the poll is. */
+    const claim = Effect.fn("AttemptSchedule.claim")(function*(attemptId: AttemptId, leaseMs: number) {
+      const rows = yield* sql<{ token: string; lateness_ms: number }>`
+        UPDATE task_attempts SET
+          poll_lease_token = gen_random_uuid(),
+          poll_lease_until = now() + make_interval(secs => ${leaseMs / 1000}),
+          last_polled_at = now(),
+          last_poll_lateness_ms = GREATEST(0, (extract(epoch FROM now() - COALESCE(next_poll_at, now())) * 1000))::int
+        WHERE id = ${attemptId} AND (next_poll_at IS NULL OR next_poll_at <= now())
+          AND (poll_lease_until IS NULL OR poll_lease_until < now())
+        RETURNING poll_lease_token AS token, last_poll_lateness_ms AS lateness_ms`
+      return rows.length === 0 ? Option.none<PollLease>() : Option.some<PollLease>({
+        token: rows[0]!.token,
+        latenessMs: rows[0]!.lateness_ms
+      })
+    }, Effect.catchTag("SqlError", unavailable))
+
+    /** Releases the lease (only the holder's: a stale holder past its lease changes nothing) and schedules. */
+    const finish = Effect.fn("AttemptSchedule.finish")(function*(
+      attemptId: AttemptId,
+      lease: PollLease,
+      next: { readonly delayMs: number; readonly failed: boolean; readonly error: string | null }
+    ) {
+      yield* sql`
+        UPDATE task_attempts SET poll_lease_until = NULL, poll_lease_token = NULL,
+          next_poll_at = now() + make_interval(secs => ${next.delayMs / 1000}),
+          poll_failures = CASE WHEN ${next.failed} THEN poll_failures + 1 ELSE 0 END,
+          last_poll_error = ${next.error}
+        WHERE id = ${attemptId} AND poll_lease_token = ${lease.token}`
+    }, Effect.catchTag("SqlError", unavailable))
+
+    /** Schedules without polling (the first poll of a job, a wait for a submission slot, an unknown submit). */
+    const schedule = Effect.fn("AttemptSchedule.schedule")(function*(attemptId: AttemptId, delayMs: number) {
+      yield* sql`
+        UPDATE task_attempts SET next_poll_at = now() + make_interval(secs => ${delayMs / 1000})
+        WHERE id = ${attemptId}`
+    }, Effect.catchTag("SqlError", unavailable))
+
+    const markCancelSent = Effect.fn("AttemptSchedule.markCancelSent")(function*(attemptId: AttemptId) {
+      yield* sql`UPDATE task_attempts SET cancel_sent_at = now() WHERE id = ${attemptId}`
+    }, Effect.catchTag("SqlError", unavailable))
+
+    /**
+     * One provider/model/tenant concurrency slot for the attempt (idempotent: an attempt holding one keeps it).
+     * The scope is locked for the check, so concurrent submitters of one scope never exceed the limit.
+     */
+    const acquireSlot = Effect.fn("AttemptSchedule.acquireSlot")(function*(
+      scope: string,
+      attemptId: AttemptId,
+      limit: number
+    ) {
+      const rows = yield* sql<{ held: boolean }>`
+        SELECT pg_advisory_xact_lock(hashtext(${scope})),
+          EXISTS (SELECT 1 FROM submission_slots WHERE attempt_id = ${attemptId}) AS held`.pipe(
+        Effect.flatMap(([r]) =>
+          r!.held ? Effect.succeed([{ held: true }]) : sql<{ held: boolean }>`
+              INSERT INTO submission_slots (scope, attempt_id)
+              SELECT ${scope}, ${attemptId}
+              WHERE (SELECT count(*) FROM submission_slots WHERE scope = ${scope}) < ${limit}
+              RETURNING true AS held`
+        ),
+        sql.withTransaction
+      )
+      return rows.length > 0
+    }, Effect.catchTag("SqlError", unavailable))
+
+    /** What the user asked for: the submission's input (decoded at the API edge, stored with the task). */
+    const requestOf = Effect.fn("AttemptSchedule.requestOf")(function*(taskId: TaskId) {
+      const rows = yield* sql<{ tenant_id: string; request: { prompt?: string; duration_seconds?: number } }>`
+        SELECT tenant_id, request FROM generation_tasks WHERE id = ${taskId}`
+      const r = rows[0]
+      return {
+        tenantId: r?.tenant_id ?? "",
+        prompt: r?.request.prompt ?? "",
+        durationSeconds: r?.request.duration_seconds ?? 5
+      }
+    }, Effect.catchTag("SqlError", unavailable))
+
+    return { requestOf, get, claim, finish, schedule, markCancelSent, acquireSlot } as const
+  })
+}) {}

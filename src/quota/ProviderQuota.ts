@@ -1,0 +1,208 @@
+import { Clock, Config, Duration, Effect, Either, Option, Schedule } from "effect"
+import { Redis } from "../redis/Redis.js"
+
+export interface QuotaScope {
+  readonly provider: string
+  readonly tenantId: string
+}
+
+// Redis' clock, so that runners with skewed clocks agree
+const NOW = `local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000`
+
+/**
+ * GCRA with reservations, one TAT (theoretical arrival time, ms) per key, levels narrowest first: 0 tenant (per
+ * provider), 1 provider, 2 global. A caller passes the levels in order, like a line of FIFO queues: the levels that
+ * are free now are charged now; the first backlogged one reserves the caller's place (its TAT - burst) and stops
+ * there. After sleeping to that slot the caller takes the remaining levels. Reserving one joint slot in all three
+ * keys would be simpler but wrong: a tenant's own backlog would push the provider's and the global TAT minutes
+ * ahead and stall every other tenant and provider behind it. Levels are checked narrow to wide so that a backlog
+ * only ever holds tokens of keys whose every user has to pass the same backlog anyway.
+ * Returns {wait ms, next level}; next 3 means done, -1 that the slot is past the horizon (nothing reserved).
+ */
+const TAKE = `${NOW}
+local from, tau, horizon = tonumber(ARGV[1]) + 1, tonumber(ARGV[5]), tonumber(ARGV[6])
+local tat, stop, slot = {}, 4, now
+for k = from, 3 do
+  tat[k] = tonumber(redis.call("GET", KEYS[k]) or "0")
+  if tat[k] - tau > now then stop, slot = k, tat[k] - tau break end
+end
+if slot - now > horizon then return {string.format("%.3f", slot - now), -1} end
+for k = from, math.min(stop, 3) do
+  local next = math.max(tat[k], now) + tonumber(ARGV[k + 1])
+  redis.call("SET", KEYS[k], string.format("%.3f", next), "PX", math.ceil(next - now) + 1000)
+end
+return {string.format("%.3f", slot - now), math.min(stop, 3)}
+`
+
+const PENALIZE = `${NOW}
+local tat = math.max(tonumber(redis.call("GET", KEYS[1]) or "0"), now + tonumber(ARGV[1]))
+redis.call("SET", KEYS[1], string.format("%.3f", tat), "PX", math.ceil(tat - now) + 1000)
+`
+
+interface QuotaCommands {
+  providerQuotaTake(...args: ReadonlyArray<string | number>): Promise<[string, number]>
+  providerQuotaPenalize(key: string, ms: number): Promise<unknown>
+}
+
+type Levels<A> = readonly [A, A, A]
+
+const positive = (name: string, fallback: number) =>
+  Config.number(name).pipe(
+    Config.validate({ message: "must be a number > 0", validation: (n) => Number.isFinite(n) && n > 0 }),
+    Config.withDefault(fallback)
+  )
+
+const REDIS_TIMEOUT = Duration.millis(200)
+const WARN_EVERY_MS = 30_000
+
+/**
+ * Query quotas per provider: every poll of a provider's query API first takes a token at three levels (global,
+ * provider, tenant per provider), shared by all runners through Redis. Callers wait in line (first come, first
+ * served at each level) instead of retrying, so none starves. Without Redis the same buckets live in this process:
+ * at the full rate when no REDIS_URL is configured (one process), at QUOTA_LOCAL_SHARE of it while a configured
+ * Redis does not answer (other runners are probably polling too).
+ */
+export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuota", {
+  scoped: Effect.gen(function*() {
+    const { client, keyPrefix } = yield* Redis
+    const globalQps = yield* positive("QUOTA_GLOBAL_QPS", 1000)
+    const providerQps = yield* positive("QUOTA_PROVIDER_QPS", 200)
+    const tenantQps = yield* positive("QUOTA_TENANT_QPS", 100)
+    const tau = (yield* positive("QUOTA_BURST", 0.05)) * 1000
+    const horizon = Duration.toMillis(
+      yield* Config.duration("QUOTA_MAX_WAIT").pipe(
+        Config.validate({ message: "must be > 0", validation: Duration.greaterThan(Duration.zero) }),
+        Config.withDefault(Duration.seconds(60))
+      )
+    )
+    const share = Option.isSome(client)
+      ? yield* positive("QUOTA_LOCAL_SHARE", 0.5).pipe(
+        Config.validate({ message: "must be at most 1", validation: (n) => n <= 1 })
+      )
+      : 1
+    // provider overrides are read on first use: the set of providers is open
+    const configProvider = yield* Effect.configProviderWith(Effect.succeed)
+
+    const redis = Option.map(client, (c) => {
+      c.defineCommand("providerQuotaTake", { numberOfKeys: 3, lua: TAKE })
+      c.defineCommand("providerQuotaPenalize", { numberOfKeys: 1, lua: PENALIZE })
+      return c as unknown as QuotaCommands
+    })
+    if (Option.isNone(redis)) yield* Effect.logInfo("no REDIS_URL: provider quotas are enforced in this process only")
+
+    const limits = new Map<string, { readonly shared: Levels<number>; readonly local: Levels<number> }>()
+    const limitsOf = (provider: string) =>
+      Effect.suspend(() => {
+        const known = limits.get(provider)
+        if (known !== undefined) return Effect.succeed(known)
+        const name = `QUOTA_${provider.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_QPS`
+        return configProvider.load(positive(name, providerQps)).pipe(
+          Effect.catchAll((error) =>
+            Effect.as(Effect.logError(`invalid ${name}: using QUOTA_PROVIDER_QPS`, error), providerQps)
+          ),
+          Effect.map((qps) => {
+            const ms = (rate: number, scale: number) => 1000 / (rate * scale)
+            const per = (s: number): Levels<number> => [ms(tenantQps, s), ms(qps, s), ms(globalQps, s)]
+            limits.set(provider, { shared: per(1), local: per(share) })
+            return limits.get(provider)!
+          })
+        )
+      })
+
+    const local = new Map<string, number>()
+    /** The in-process twin of TAKE, for when Redis is not configured or does not answer. */
+    const takeLocal = (keys: Levels<string>, from: number, intervals: Levels<number>, now: number) => {
+      let [stop, slot] = [3, now]
+      for (let k = from; k < 3 && stop === 3; k++) {
+        const tat = local.get(keys[k]!) ?? 0
+        if (tat - tau > now) [stop, slot] = [k, tat - tau]
+      }
+      if (slot - now > horizon) return { wait: slot - now, next: -1 }
+      for (let k = from; k <= Math.min(stop, 2); k++) {
+        local.set(keys[k]!, Math.max(local.get(keys[k]!) ?? 0, now) + intervals[k]!)
+      }
+      return { wait: slot - now, next: Math.min(stop + 1, 3) }
+    }
+    yield* Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      for (const [key, tat] of local) if (tat < now) local.delete(key)
+    }).pipe(Effect.repeat(Schedule.spaced(Duration.minutes(1))), Effect.forkScoped)
+
+    let degraded = false
+    let lastWarning = -Infinity
+    /** Runs a Redis call; None (after a rate-limited warning) when it fails or is slow, so the caller goes local. */
+    const viaRedis = <A>(call: (c: QuotaCommands) => Promise<A>) =>
+      Effect.gen(function*() {
+        if (Option.isNone(redis)) return Option.none<A>()
+        const result = yield* Effect.tryPromise({ try: () => call(redis.value), catch: (e) => String(e) }).pipe(
+          Effect.timeout(REDIS_TIMEOUT),
+          Effect.either
+        )
+        if (Either.isRight(result)) {
+          if (degraded) yield* Effect.logInfo("Redis answers again: provider quotas are shared again")
+          degraded = false
+          return Option.some(result.right)
+        }
+        degraded = true
+        const now = yield* Clock.currentTimeMillis
+        if (now - lastWarning >= WARN_EVERY_MS) {
+          lastWarning = now
+          yield* Effect.logWarning("Redis unavailable: provider quotas fall back to a conservative local share").pipe(
+            Effect.annotateLogs({ error: String(result.left), local_share: share })
+          )
+        }
+        return Option.none<A>()
+      })
+
+    const take = (keys: Levels<string>, from: number, limit: { shared: Levels<number>; local: Levels<number> }) =>
+      Effect.gen(function*() {
+        const shared = yield* viaRedis((c) => c.providerQuotaTake(...keys, from, ...limit.shared, tau, horizon))
+        if (Option.isSome(shared)) return { wait: Number(shared.value[0]), next: Number(shared.value[1]) }
+        return takeLocal(keys, from, limit.local, yield* Clock.currentTimeMillis)
+      })
+
+    const providerKey = (provider: string) => `${keyPrefix}quota:provider:${provider}`
+
+    /** Waits until a query slot is granted at all three levels, then returns. Never fails. */
+    const acquire = Effect.fn("ProviderQuota.acquire")(function*(scope: QuotaScope) {
+      yield* Effect.annotateCurrentSpan({ provider: scope.provider, tenant_id: scope.tenantId })
+      const limit = yield* limitsOf(scope.provider)
+      const keys: Levels<string> = [
+        `${keyPrefix}quota:tenant:${scope.tenantId}:${scope.provider}`,
+        providerKey(scope.provider),
+        `${keyPrefix}quota:global`
+      ]
+      let from = 0
+      while (from < 3) {
+        const step = yield* take(keys, from, limit)
+        if (step.next < 0) {
+          // the line is longer than the horizon: come back about when this caller's place would fit in it
+          const retryIn = Math.min(horizon, Math.max(step.wait - horizon, horizon / 20)) * (0.75 + Math.random() / 2)
+          yield* Effect.logDebug("provider quota backlog beyond QUOTA_MAX_WAIT: retrying later").pipe(
+            Effect.annotateLogs({ provider: scope.provider, tenant_id: scope.tenantId, retry_in_ms: retryIn })
+          )
+          yield* Effect.sleep(Duration.millis(retryIn))
+          continue
+        }
+        if (step.wait > 0) yield* Effect.sleep(Duration.millis(step.wait))
+        from = step.next
+      }
+    })
+
+    /** Pushes the provider's bucket back after a 429 with Retry-After (every runner then waits). */
+    const penalize = Effect.fn("ProviderQuota.penalize")(function*(provider: string, delay: Duration.Duration) {
+      const key = providerKey(provider)
+      // the slot opens burst earlier than the TAT: add it so that nobody polls before the delay is over
+      const ms = Duration.toMillis(delay) + tau
+      const now = yield* Clock.currentTimeMillis
+      local.set(key, Math.max(local.get(key) ?? 0, now + ms))
+      yield* viaRedis((c) => c.providerQuotaPenalize(key, ms))
+      yield* Effect.logInfo("provider quota penalized").pipe(
+        Effect.annotateLogs({ provider, delay_ms: Duration.toMillis(delay) })
+      )
+    })
+
+    return { acquire, penalize } as const
+  }).pipe(Effect.orDie)
+}) {}

@@ -1,0 +1,111 @@
+import { Singleton } from "@effect/cluster"
+import { SqlClient } from "@effect/sql"
+import { Config, Duration, Effect } from "effect"
+import { TaskClient } from "../entities/TaskClient.js"
+import { INBOX_CHANNEL } from "../intake/CallbackInbox.js"
+import { wakeTasks } from "./wakeTasks.js"
+
+/**
+ * A cluster singleton running the reconcilers of seed 12.8.6 every RECONCILE_INTERVAL. Each finds facts that
+ * should have moved and did not, and re-drives them through the normal path (a wake, an inbox retry) or writes
+ * the missing fact idempotently; none has rules of its own.
+ */
+export const ReconcilersLive = Singleton.make(
+  "TaskReconcilers",
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const tasks = yield* TaskClient
+    const interval = yield* Config.duration("RECONCILE_INTERVAL").pipe(Config.withDefault(Duration.seconds(30)))
+    const unknownAfter = yield* Config.duration("SUBMIT_UNKNOWN_GRACE").pipe(Config.withDefault(Duration.seconds(30)))
+    const expectedMax = yield* Config.duration("TASK_EXPECTED_MAX_DURATION").pipe(
+      Config.withDefault(Duration.minutes(30))
+    )
+    const outputMargin = yield* Config.duration("OUTPUT_DEADLINE_MARGIN").pipe(Config.withDefault(Duration.minutes(10)))
+    const secs = (d: Duration.Duration) => Duration.toSeconds(d)
+
+    /** Inbox rows nobody drained for 5 minutes get a wake-up; orphans whose attempt is now known retry at once. */
+    const stuckInbox = Effect.gen(function*() {
+      const adopted = yield* sql<{ id: number }>`
+        UPDATE provider_callback_inbox i SET process_status = 'retry', next_retry_at = now()
+        FROM task_attempts a
+        WHERE i.process_status = 'orphan' AND a.provider = i.provider
+          AND (a.provider_task_id = i.provider_task_id OR a.client_request_id = i.client_request_id)
+        RETURNING i.id`
+      const [stuck] = yield* sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM provider_callback_inbox
+        WHERE process_status IN ('pending', 'retry') AND next_retry_at < now() - interval '5 minutes'`
+      if (stuck!.n > 0 || adopted.length > 0) {
+        yield* Effect.logWarning("inbox rows waiting too long: waking the processors")
+          .pipe(Effect.annotateLogs({ stuck: stuck!.n, adopted_orphans: adopted.length }))
+        yield* sql`SELECT pg_notify(${INBOX_CHANNEL}, '')`
+      }
+    })
+
+    /** Submissions whose outcome is still unknown: their entity resolves them (lookup, callback, or a human). */
+    const unknownSubmits = Effect.gen(function*() {
+      const rows = yield* sql<{ task_id: string }>`
+        SELECT a.task_id FROM task_attempts a JOIN generation_tasks t ON t.current_attempt_id = a.id
+        WHERE a.submit_state IN ('SUBMITTING', 'SUBMIT_UNKNOWN') AND t.terminal_at IS NULL
+          AND COALESCE(a.unknown_since, a.submit_started_at) < now() - make_interval(secs => ${secs(unknownAfter)})
+        ORDER BY COALESCE(a.unknown_since, a.submit_started_at) LIMIT 500`
+      if (rows.length > 0) yield* wakeTasks(tasks, rows.map((r) => r.task_id), "reconcile-submit-unknown")
+    })
+
+    /** Tasks past their expected duration: recorded once for a human, and woken. */
+    const overdueTasks = Effect.gen(function*() {
+      const rows = yield* sql<{ id: string }>`
+        INSERT INTO task_reconciliations (task_id, attempt_id, reason, dedup_key, observation)
+        SELECT t.id, t.current_attempt_id, 'overdue', 'overdue', jsonb_build_object('status', t.status)
+        FROM generation_tasks t
+        WHERE t.terminal_at IS NULL AND t.created_at < now() - make_interval(secs => ${secs(expectedMax)})
+        ON CONFLICT (task_id, dedup_key) DO NOTHING
+        RETURNING task_id AS id`
+      if (rows.length > 0) {
+        yield* Effect.logWarning("tasks past their expected duration").pipe(Effect.annotateLogs({ count: rows.length }))
+        yield* wakeTasks(tasks, rows.map((r) => r.id), "reconcile-overdue")
+      }
+    })
+
+    /** Outputs whose provider URL expires soon and that are not stored yet: woken, earliest deadline first. */
+    const outputsNearDeadline = Effect.gen(function*() {
+      const rows = yield* sql<{ task_id: string }>`
+        SELECT a.task_id FROM task_attempts a JOIN generation_tasks t ON t.current_attempt_id = a.id
+        WHERE a.submit_state = 'SUCCEEDED' AND a.output_deadline_at IS NOT NULL
+          AND a.output_deadline_at < now() + make_interval(secs => ${secs(outputMargin)})
+          AND t.status IN ('provider_succeeded', 'fetching_output', 'output_at_risk', 'processing_media')
+        ORDER BY a.output_deadline_at LIMIT 500`
+      if (rows.length > 0) {
+        yield* Effect.logWarning("outputs near their deadline").pipe(Effect.annotateLogs({ count: rows.length }))
+        yield* wakeTasks(tasks, rows.map((r) => r.task_id), "reconcile-output-deadline")
+      }
+    })
+
+    /**
+     * Terminal tasks whose reserve was neither settled nor refunded. The terminal commit writes the settlement
+     * itself, so this finds only tasks from before that rule or repaired by hand; it writes the missing row.
+     */
+    const unsettledReserves = Effect.gen(function*() {
+      const rows = yield* sql<{ task_id: string }>`
+        INSERT INTO credit_ledger (tenant_id, task_id, attempt_id, ledger_type, amount)
+        SELECT r.tenant_id, r.task_id, t.current_attempt_id,
+          CASE WHEN t.status = 'ready' THEN 'settle' ELSE 'refund' END, r.amount
+        FROM credit_ledger r JOIN generation_tasks t ON t.id = r.task_id
+        WHERE r.ledger_type = 'reserve' AND t.terminal_at IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM credit_ledger s WHERE s.task_id = r.task_id
+                          AND s.ledger_type IN ('settle', 'refund'))
+        LIMIT 1000
+        ON CONFLICT DO NOTHING
+        RETURNING task_id`
+      if (rows.length > 0) {
+        yield* Effect.logError("reserves settled by the reconciler").pipe(Effect.annotateLogs({ count: rows.length }))
+      }
+    })
+
+    const round = Effect.forEach(
+      [stuckInbox, unknownSubmits, overdueTasks, outputsNearDeadline, unsettledReserves],
+      (check) => Effect.catchAllCause(check, (cause) => Effect.logWarning("reconciler failed", cause)),
+      { discard: true }
+    )
+    yield* round.pipe(Effect.zipRight(Effect.sleep(interval)), Effect.forever)
+  })
+)
