@@ -1,20 +1,14 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { TokenSigner } from "../src/http/Auth.js"
 import type { ProjectId, TenantId, UserId } from "../src/schema/ids.js"
+import { type Proc, spawnRunner, waitForHttp, withTimeout } from "./support/processes.js"
 import { freePort } from "./support/runner.js"
 
 const SECRET = "embedded-test-secret-0123456789abcdef"
-
-interface Proc {
-  readonly child: ChildProcess
-  readonly output: () => string
-  readonly exited: Promise<number | null>
-}
 
 /** `npm start`'s program on the embedded PGlite: no DATABASE_URL, data in `dataDir`. */
 const startRunner = (dataDir: string, httpPort: number, runnerPort: number): Proc => {
@@ -28,31 +22,8 @@ const startRunner = (dataDir: string, httpPort: number, runnerPort: number): Pro
     RUNWAY_BASE_URL: "http://127.0.0.1:9"
   }
   delete env.DATABASE_URL
-  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], { env, stdio: "pipe" })
-  let out = ""
-  child.stdout!.on("data", (d) => (out += d))
-  child.stderr!.on("data", (d) => (out += d))
-  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)))
-  return { child, output: () => out, exited }
+  return spawnRunner(env)
 }
-
-const waitForHttp = async (port: number, proc: Proc) => {
-  const deadline = Date.now() + 60_000
-  while (Date.now() < deadline) {
-    if (proc.child.exitCode !== null) throw new Error(`runner exited early:\n${proc.output()}`)
-    try {
-      const res = await fetch(`http://127.0.0.1:${port}/openapi.json`)
-      if (res.ok) return
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 250))
-  }
-  throw new Error(`runner did not start:\n${proc.output()}`)
-}
-
-const withTimeout = <A>(p: Promise<A>, ms: number, what: string) =>
-  Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), ms))])
 
 describe("npm start on the embedded PostgreSQL (PGlite)", () => {
   it("serves the API, refuses a second runner on the same data, stops cleanly on SIGTERM, keeps its data", async () => {

@@ -75,8 +75,12 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         }
         const request = yield* schedule.requestOf(h.taskId)
         const scope = `${attempt.provider}/${attempt.model}/${request.tenantId}`
-        if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) return scaled(3)
-        const begun = yield* h.apply((st, now) => Steps.beginSubmit(st, now, meta(h.taskId)))
+        if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
+          return scaled(3)
+        }
+        const begun = yield* h.apply((st, now) =>
+          Steps.beginSubmit(st, now, meta(h.taskId))
+        )
         if (begun.outcome !== "changed") return 0
         const result = yield* client.value.submit({
           attemptId: attempt.id,

@@ -29,8 +29,8 @@ for k = from, 3 do
 end
 if slot - now > horizon then return {string.format("%.3f", slot - now), -1} end
 for k = from, math.min(stop, 3) do
-  local next = math.max(tat[k], now) + tonumber(ARGV[k + 1])
-  redis.call("SET", KEYS[k], string.format("%.3f", next), "PX", math.ceil(next - now) + 1000)
+  local later = math.max(tat[k], now) + tonumber(ARGV[k + 1])
+  redis.call("SET", KEYS[k], string.format("%.3f", later), "PX", math.ceil(later - now) + 1000)
 end
 return {string.format("%.3f", slot - now), math.min(stop, 3)}
 `

@@ -2,6 +2,7 @@ import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import { Config, Effect, Layer } from "effect"
 import { createServer } from "node:http"
+import { devSecret } from "./devSecrets.js"
 import { serveSimulator } from "./Simulator.js"
 
 /**
@@ -22,10 +23,6 @@ const program = Effect.gen(function*() {
   yield* Effect.logInfo(`provider simulator listening on ${sim.baseUrl}`)
   return yield* Effect.never
 })
-
-/** The development secrets both `npm start` and the simulator use by default (never in production). */
-export const devSecret = (provider: string) =>
-  "whsec_" + Buffer.from(`dev-${provider}-webhook-secret-0123456789`.slice(0, 32)).toString("base64")
 
 const port = Number(process.env.SIM_PORT ?? 4010)
 program.pipe(

@@ -1,0 +1,201 @@
+import { FetchHttpClient } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, layer } from "@effect/vitest"
+import { Context, Duration, Effect, Layer } from "effect"
+import * as fs from "node:fs"
+import { createServer } from "node:http"
+import * as os from "node:os"
+import * as path from "node:path"
+import { TaskClient } from "../src/entities/TaskClient.js"
+import { layerHttp } from "../src/runners/Runner.js"
+import { devSecret } from "../src/simulator/devSecrets.js"
+import { serveSimulator } from "../src/simulator/Simulator.js"
+import { layerTestDatabase, noDatabase } from "./support/database.js"
+import { expectBalanced, ledgers, startTask, statuses, waitForStatus } from "./support/lifecycle.js"
+import { freePort, layerTestRunner, quietLogs, runnerConfig } from "./support/runner.js"
+import { uuid } from "./support/tasks.js"
+
+const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
+const platform = `http://127.0.0.1:${httpPort}`
+const sim = `http://127.0.0.1:${simPort}`
+const objects = fs.mkdtempSync(path.join(os.tmpdir(), "lifecycle-objects-"))
+const PROVIDERS = ["openai", "replicate", "fal", "runway", "luma"] as const
+Object.assign(process.env, {
+  OPENAI_WEBHOOK_SECRET: devSecret("openai"),
+  REPLICATE_WEBHOOK_SECRET: devSecret("replicate"),
+  CALLBACK_TOKEN_SECRET: "lifecycle-callback-secret",
+  FAL_USER_ID: "sim-user",
+  FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
+  PUBLIC_BASE_URL: platform,
+  INBOX_SWEEP_INTERVAL: "200 millis",
+  // the seed's intervals, 20 times faster: running 0.25–0.75 s, queued 0.5–1.5 s
+  POLL_INTERVAL_SCALE: "0.05",
+  PROVIDER_TIMEOUT: "1 second",
+  SUBMIT_UNKNOWN_GRACE: "1 second",
+  OBJECT_STORE_DIR: objects,
+  REDIS_KEY_PREFIX: `test-${uuid()}:`,
+  QUOTA_RUNWAY_QPS: "10",
+  SWEEP_INTERVAL: "1 second",
+  SWEEP_GRACE: "3 seconds",
+  RECONCILE_INTERVAL: "2 seconds",
+  ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`])),
+  ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_LOOKUP`, "true"]))
+})
+
+class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
+
+const SimLive = Layer.scoped(
+  Sim,
+  serveSimulator({
+    openaiSecret: devSecret("openai"),
+    replicateSecret: devSecret("replicate"),
+    openaiWebhookUrl: `${platform}/webhooks/openai`
+  })
+).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })))
+
+const RunnerHttp = Layer.unwrapEffect(Effect.map(runnerConfig({ HTTP_PORT: String(httpPort) }), (c) => layerHttp(c)))
+
+const TestLayer = SimLive.pipe(
+  Layer.provideMerge(RunnerHttp.pipe(Layer.provideMerge(layerTestRunner(layerTestDatabase(), { lifecycle: true })))),
+  Layer.provide(FetchHttpClient.layer),
+  Layer.provide(quietLogs)
+)
+
+const keyOf = (attemptId: string) =>
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql<{ client_request_id: string }>`SELECT client_request_id FROM task_attempts WHERE id = ${attemptId}`
+  ).pipe(
+    Effect.map((rows) => rows[0]!.client_request_id),
+    Effect.orDie
+  )
+
+const statusHistory = (taskId: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ status: string }>`
+      SELECT public_payload->>'status' AS status FROM task_events WHERE task_id = ${taskId} ORDER BY task_version`)
+    .pipe(Effect.map((rows) => rows.map((r) => r.status)), Effect.orDie)
+
+describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () => {
+  layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
+    it.effect("every callback dropped: each task still reaches ready by polling, output stored and checked", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({
+          jobDurationMs: 1500,
+          dropWebhooks: 1,
+          outcomes: { succeeded: 1, failed: 0, canceled: 0 }
+        })
+        const sentBefore = simulator.stats.webhooksSent
+        const tasks = yield* Effect.forEach(PROVIDERS.flatMap((p) => [p, p]), (p) => startTask(p), { concurrency: 10 })
+        const ids = tasks.map((t) => t.taskId)
+        const rows = yield* waitForStatus(ids, ["ready"], Duration.seconds(40))
+
+        expect(simulator.stats.webhooksSent - sentBefore).toBe(0)
+        for (const t of tasks) {
+          expect(simulator.submissions(yield* keyOf(t.attemptId))).toBe(1)
+          const row = rows.find((r) => r.id === t.taskId)!
+          expect(row.asset_id).toBe(`${t.taskId}/${t.attemptId}/output.mp4`)
+          expect(fs.statSync(path.join(objects, row.asset_id!)).size).toBeGreaterThan(100)
+          expect(yield* statusHistory(t.taskId)).toEqual([
+            "queued",
+            "submitting",
+            "submitted",
+            ...(yield* statusHistory(t.taskId)).slice(3, -4),
+            "provider_succeeded",
+            "fetching_output",
+            "processing_media",
+            "ready"
+          ])
+        }
+        expectBalanced(yield* ledgers(ids), expect)
+      }))
+
+    it.effect("accepted, then the submit response is lost: resolved by lookup, never submitted twice", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 1500, dropWebhooks: 0, submitAcceptThenTimeout: 1 })
+        const tasks = yield* Effect.forEach(PROVIDERS, (p) => startTask(p), { concurrency: 5 })
+        const ids = tasks.map((t) => t.taskId)
+        yield* waitForStatus(
+          ids,
+          ["submit_unknown", "submitted", "running", "provider_succeeded"],
+          Duration.seconds(10)
+        )
+        yield* simulator.setFaults({ submitAcceptThenTimeout: 0 })
+        yield* waitForStatus(ids, ["ready"], Duration.seconds(40))
+
+        const sql = yield* SqlClient.SqlClient
+        for (const t of tasks) {
+          expect(simulator.submissions(yield* keyOf(t.attemptId))).toBe(1)
+          // a provider whose callbacks name our attempt (Luma's URL token) may resolve it before the timeout;
+          // Runway never calls back, so only the lookup can have resolved it
+          if (t.provider === "runway") expect(yield* statusHistory(t.taskId)).toContain("submit_unknown")
+        }
+        const attempts = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM task_attempts WHERE task_id IN ${sql.in(ids)}`
+        expect(attempts[0]!.n).toBe(tasks.length)
+        expectBalanced(yield* ledgers(ids), expect)
+      }))
+
+    it.effect("cancel before the provider finishes: provider cancel, canceled only on its confirmation, refunded", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 8000 })
+        const t = yield* startTask("replicate")
+        yield* waitForStatus([t.taskId], ["submitted", "running"], Duration.seconds(10))
+        const res = yield* (yield* TaskClient).send(t.taskId, (c) => c.Cancel({ traceId: "test" }))
+        expect(res.task.status).toBe("cancel_requested")
+        yield* waitForStatus([t.taskId], ["canceled"], Duration.seconds(10))
+        const key = yield* keyOf(t.attemptId)
+        expect(simulator.jobs().find((j) => j.clientKey === key)!.canceledAt).not.toBeNull()
+        expectBalanced(yield* ledgers([t.taskId]), expect)
+      }))
+
+    it.effect("cancel after the provider already succeeded: success wins, the output is delivered and settled", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 1000, rate5xx: 0 })
+        const t = yield* startTask("runway")
+        yield* waitForStatus([t.taskId], ["submitted", "running"], Duration.seconds(10))
+        // the platform stops hearing from the provider while the job finishes there
+        yield* simulator.setFaults({ rate5xx: 1 })
+        const key = yield* keyOf(t.attemptId)
+        yield* Effect.sleep(Duration.millis(1500))
+        expect(simulator.jobs().find((j) => j.clientKey === key)!.outcome).toBe("succeeded")
+        const res = yield* (yield* TaskClient).send(t.taskId, (c) => c.Cancel({ traceId: "test" }))
+        expect(res.task.status).toBe("cancel_requested")
+        yield* simulator.setFaults({ rate5xx: 0 })
+        const [row] = yield* waitForStatus([t.taskId], ["ready"], Duration.seconds(20))
+        expect(row!.asset_id).not.toBeNull()
+        const history = yield* statusHistory(t.taskId)
+        expect(history.indexOf("cancel_requested")).toBeLessThan(history.indexOf("provider_succeeded"))
+        expectBalanced(yield* ledgers([t.taskId]), expect)
+      }))
+
+    it.effect("a 429 storm: the measured query rate stays within the provider's quota", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 40_000, rate429: 0, rate5xx: 0, retryAfterSeconds: 1 })
+        const tasks = yield* Effect.forEach(Array.from({ length: 12 }), () => startTask("runway"), {
+          concurrency: 12
+        })
+        yield* waitForStatus(tasks.map((t) => t.taskId), ["submitted", "running"], Duration.seconds(15))
+        yield* simulator.setFaults({ rate429: 0.6 })
+        yield* Effect.sleep(Duration.seconds(1))
+        const before = simulator.stats.queries
+        const windowSeconds = 6
+        yield* Effect.sleep(Duration.seconds(windowSeconds))
+        const rate = (simulator.stats.queries - before) / windowSeconds
+        yield* Effect.logWarning(`429 storm: ${rate.toFixed(2)} queries/s against a quota of 10/s`)
+        expect(rate).toBeLessThanOrEqual(10 * 1.05)
+        // demand (12 running tasks, one poll each 0.25–0.75 s) is far above the quota: it is used, not starved
+        expect(rate).toBeGreaterThan(2)
+        expect(simulator.stats.throttled).toBeGreaterThan(0)
+        yield* simulator.setFaults({ rate429: 0 })
+        const rows = yield* statuses(tasks.map((t) => t.taskId))
+        expect(rows.every((r) => r.status === "submitted" || r.status === "running")).toBe(true)
+      }))
+  })
+})
