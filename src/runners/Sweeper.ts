@@ -19,6 +19,9 @@ export const SweeperLive = Singleton.make(
     const grace = yield* Config.duration("SWEEP_GRACE").pipe(Config.withDefault(Duration.seconds(10)))
     const batch = yield* Config.integer("SWEEP_BATCH").pipe(Config.withDefault(500))
     const graceSeconds = Duration.toSeconds(grace)
+    // a poll may legitimately wait this long for its quota slot before it takes its lease
+    const quotaWait = yield* Config.duration("QUOTA_MAX_WAIT").pipe(Config.withDefault(Duration.seconds(60)))
+    const pollGraceSeconds = graceSeconds + Duration.toSeconds(quotaWait)
 
     const due = sql<{ id: string }>`
       SELECT t.id FROM generation_tasks t
@@ -27,7 +30,7 @@ export const SweeperLive = Singleton.make(
         AND (a.poll_lease_until IS NULL OR a.poll_lease_until < now())
         AND CASE
           WHEN a.next_poll_at IS NOT NULL AND a.submit_state IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')
-            THEN a.next_poll_at < now() - make_interval(secs => ${graceSeconds})
+            THEN a.next_poll_at < now() - make_interval(secs => ${pollGraceSeconds})
           ELSE t.updated_at < now() - make_interval(secs => ${graceSeconds})
         END
       ORDER BY COALESCE(a.next_poll_at, t.updated_at)

@@ -1,0 +1,236 @@
+/**
+ * npm run bench:polling — 10,000 in-flight tasks on one runner process, polling the provider simulator under a
+ * provider quota of 200 queries/s. Tasks are admitted in four batches (RSS measured after each, to see growth per
+ * task), submitted by the runner itself (its sweeper wakes them), then polled for a measurement window.
+ * Prints: sustained query rate vs the quota, poll lateness p50/p99 against next_poll_at, tasks never polled in
+ * the window (starvation), the runner's CPU and RSS.
+ *
+ *   BENCH_TASKS (10000)  BENCH_QPS (200)  BENCH_WINDOW_S (120)  DATABASE_URL (admin URL)  REDIS_URL (optional)
+ */
+import { FetchHttpClient } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Effect } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
+import { createServer } from "node:http"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+import pg from "pg"
+import { devSecret } from "../src/simulator/devSecrets.js"
+import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
+
+const TASKS = Number(process.env.BENCH_TASKS ?? 10_000)
+const QPS = Number(process.env.BENCH_QPS ?? 200)
+const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 120)
+const BATCHES = 4
+const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
+
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port
+      s.close(() => resolve(port))
+    })
+  })
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+const percentile = (xs: ReadonlyArray<number>, p: number) => {
+  if (xs.length === 0) return NaN
+  const sorted = [...xs].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+}
+const mib = (kib: number) => (kib / 1024).toFixed(0)
+
+/** The runner's resident memory (KiB) and CPU time (seconds) from /proc. */
+const usage = (pid: number) => {
+  const rss = Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1])
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+  const ticks = Number(stat[11]) + Number(stat[12])
+  return { rssKiB: rss, cpuSeconds: ticks / 100 }
+}
+
+const startRunner = async (databaseUrl: string, simUrl: string, objects: string) => {
+  const [httpPort, runnerPort] = [await freePort(), await freePort()]
+  const child = spawn(process.execPath, ["--max-old-space-size=4096", "--import", "tsx", "src/runners/main.ts"], {
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      HTTP_PORT: String(httpPort),
+      RUNNER_PORT: String(runnerPort),
+      RUNWAY_BASE_URL: `${simUrl}/runway`,
+      RUNWAY_LOOKUP: "true",
+      QUOTA_RUNWAY_QPS: String(QPS),
+      QUOTA_TENANT_QPS: String(QPS * 10),
+      QUOTA_GLOBAL_QPS: String(QPS * 10),
+      REDIS_KEY_PREFIX: `bench-${Date.now().toString(36)}:`,
+      SUBMIT_CONCURRENCY: String(TASKS * 2),
+      OBJECT_STORE_DIR: objects,
+      SWEEP_INTERVAL: "1 second",
+      SWEEP_GRACE: "1 second",
+      SWEEP_BATCH: "1000",
+      LOG_LEVEL: "ERROR"
+    },
+    stdio: ["ignore", "inherit", "inherit"]
+  })
+  for (let i = 0; i < 240; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return child
+    } catch {
+      // starting
+    }
+    await sleep(250)
+  }
+  throw new Error("runner did not start")
+}
+
+/** Admits `n` Runway tasks in one statement (task, PREPARED attempt, reserve), as the API would one by one. */
+const admit = (db: pg.Client, project: string, tenant: string, n: number) =>
+  db.query(
+    `WITH t AS (
+       INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
+         status, stage, version, last_seq, current_attempt_id, home_region, write_epoch)
+       SELECT gen_random_uuid(), $2, $1, gen_random_uuid(), gen_random_uuid()::text, 'h',
+         '{"prompt":"bench","duration_seconds":5}', 'queued', 'queued', 1, 0, gen_random_uuid(), 'local', 1
+       FROM generate_series(1, $3)
+       RETURNING id, current_attempt_id, tenant_id
+     ), a AS (
+       INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, submit_state)
+       SELECT current_attempt_id, id, 1, 'runway', 'gen4_turbo', gen_random_uuid()::text, 'PREPARED' FROM t
+     )
+     INSERT INTO credit_ledger (tenant_id, task_id, attempt_id, ledger_type, amount)
+     SELECT tenant_id, id, NULL, 'reserve', 5 FROM t`,
+    [project, tenant, n]
+  )
+
+const inFlight = async (db: pg.Client) =>
+  Number(
+    (await db.query(`SELECT count(*) FROM task_attempts WHERE submit_state IN ('SUBMITTED', 'RUNNING')`)).rows[0]
+      .count
+  )
+
+const run = (sim: Simulator, simUrl: string) =>
+  Effect.promise(async () => {
+    const admin = new pg.Client({ connectionString: adminUrl })
+    await admin.connect()
+    const name = `bench_polling_${Date.now().toString(36)}`
+    await admin.query(`CREATE DATABASE ${name}`)
+    const url = new URL(adminUrl)
+    url.pathname = `/${name}`
+    const objects = fs.mkdtempSync(path.join(os.tmpdir(), "bench-polling-"))
+    let runner: ChildProcess | undefined
+    const db = new pg.Client({ connectionString: url.toString() })
+    try {
+      runner = await startRunner(url.toString(), simUrl, objects)
+      const pid = runner.pid!
+      await db.connect()
+      await sleep(3000)
+      const idle = usage(pid)
+      console.log(`runner idle: RSS ${mib(idle.rssKiB)} MiB`)
+      const project = crypto.randomUUID()
+      const tenant = crypto.randomUUID()
+      await db.query(`INSERT INTO projects (project_id, tenant_id, stream_epoch) VALUES ($1, $2, 1)`, [project, tenant])
+      const growth: Array<{ tasks: number; rssKiB: number }> = []
+      for (let b = 1; b <= BATCHES; b++) {
+        const target = Math.round((TASKS * b) / BATCHES)
+        const started = Date.now()
+        await admit(db, project, tenant, target - Math.round((TASKS * (b - 1)) / BATCHES))
+        while ((await inFlight(db)) < target) {
+          if (Date.now() - started > 300_000) throw new Error(`only ${await inFlight(db)} of ${target} submitted`)
+          await sleep(1000)
+        }
+        const submitS = (Date.now() - started) / 1000
+        await sleep(10_000)
+        const u = usage(pid)
+        growth.push({ tasks: target, rssKiB: u.rssKiB })
+        console.log(
+          `${target} tasks in flight (batch submitted in ${submitS.toFixed(1)} s): RSS ${mib(u.rssKiB)} MiB, ` +
+            `${((u.rssKiB - idle.rssKiB) / target).toFixed(1)} KiB per task over idle`
+        )
+      }
+      console.log("warming up 20 s ...")
+      await sleep(20_000)
+      const windowStart = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
+      const q0 = sim.stats.queries
+      const u0 = usage(pid)
+      const lateness: Array<number> = []
+      const perSecond: Array<number> = []
+      let prev = windowStart
+      let lastQueries = q0
+      for (let elapsed = 0; elapsed < WINDOW_S; elapsed += 5) {
+        await sleep(5000)
+        perSecond.push((sim.stats.queries - lastQueries) / 5)
+        lastQueries = sim.stats.queries
+        const now = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
+        const rows = await db.query(
+          `SELECT last_poll_lateness_ms AS l FROM task_attempts WHERE last_polled_at > $1 AND last_polled_at <= $2`,
+          [prev, now]
+        )
+        for (const r of rows.rows) lateness.push(Number(r.l))
+        prev = now
+      }
+      const u1 = usage(pid)
+      const rate = (sim.stats.queries - q0) / WINDOW_S
+      const starved = await db.query(
+        `SELECT count(*) FILTER (WHERE last_polled_at IS NULL OR last_polled_at < $1)::int AS never,
+                max(extract(epoch FROM now() - last_polled_at))::float AS oldest_s
+         FROM task_attempts WHERE submit_state IN ('SUBMITTED', 'RUNNING')`,
+        [windowStart]
+      )
+      const cpu = ((u1.cpuSeconds - u0.cpuSeconds) / WINDOW_S) * 100
+      console.log(`\n== bench:polling: ${TASKS} tasks in flight, provider quota ${QPS}/s, ${WINDOW_S} s window ==`)
+      console.log(
+        `query rate: ${rate.toFixed(1)}/s sustained = ${((rate / QPS) * 100).toFixed(1)}% of the quota ` +
+          `(5 s buckets: min ${Math.min(...perSecond).toFixed(1)}, median ${percentile(perSecond, 50).toFixed(1)}, ` +
+          `max ${Math.max(...perSecond).toFixed(1)})`
+      )
+      console.log(
+        `poll lateness vs next_poll_at (${lateness.length} polls): p50 ${
+          (percentile(lateness, 50) / 1000).toFixed(1)
+        } s, p99 ${(percentile(lateness, 99) / 1000).toFixed(1)} s`
+      )
+      console.log(
+        `starvation: ${starved.rows[0].never} tasks not polled in the window; ` +
+          `longest since a task's last poll ${Number(starved.rows[0].oldest_s).toFixed(1)} s`
+      )
+      console.log(`runner CPU: ${cpu.toFixed(0)}% of one core; RSS ${mib(u1.rssKiB)} MiB`)
+      console.log(
+        `RSS growth: ${
+          growth.map((g) => `${g.tasks} tasks ${mib(g.rssKiB)} MiB`).join(", ")
+        }; per task (last batch vs first): ${
+          ((growth.at(-1)!.rssKiB - growth[0]!.rssKiB) / (growth.at(-1)!.tasks - growth[0]!.tasks)).toFixed(1)
+        } KiB`
+      )
+    } finally {
+      if (runner !== undefined && runner.exitCode === null) {
+        await new Promise<void>((resolve) => {
+          runner!.on("exit", () => resolve())
+          runner!.kill("SIGKILL")
+        })
+      }
+      await db.end().catch(() => undefined)
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await admin.end()
+      fs.rmSync(objects, { recursive: true, force: true })
+    }
+  })
+
+Effect.gen(function*() {
+  const simPort = yield* Effect.promise(freePort)
+  yield* Effect.gen(function*() {
+    const sim = yield* serveSimulator({
+      openaiSecret: devSecret("openai"),
+      replicateSecret: devSecret("replicate"),
+      openaiWebhookUrl: null
+    })
+    // long jobs, running almost at once: every task stays in flight and is polled at the running interval
+    yield* sim.setFaults({ jobDurationMs: 3_600_000, queuedShare: 0.001 })
+    yield* run(sim, sim.baseUrl)
+  }).pipe(
+    Effect.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })),
+    Effect.provide(FetchHttpClient.layer),
+    Effect.scoped
+  )
+}).pipe(Effect.runPromise).then(() => process.exit(0), (e) => {
+  console.error(e)
+  process.exit(1)
+})
