@@ -49,9 +49,22 @@ const usage = (pid: number) => {
   return { rssKiB: rss, cpuSeconds: ticks / 100 }
 }
 
+const probeFile = path.join(os.tmpdir(), `bench-polling-memory-${process.pid}.json`)
+
+/** The runner's live heap after a full GC (bench/memoryProbe.mjs answers SIGUSR2), in KiB. */
+const liveHeap = async (pid: number) => {
+  fs.rmSync(probeFile, { force: true })
+  process.kill(pid, "SIGUSR2")
+  for (let i = 0; i < 100 && !fs.existsSync(probeFile); i++) await sleep(100)
+  await sleep(100)
+  return JSON.parse(fs.readFileSync(probeFile, "utf8")).heapUsed / 1024
+}
+
 const startRunner = async (databaseUrl: string, simUrl: string, objects: string) => {
   const [httpPort, runnerPort] = [await freePort(), await freePort()]
-  const child = spawn(process.execPath, ["--max-old-space-size=4096", "--import", "tsx", "src/runners/main.ts"], {
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
+  const probe = ["--expose-gc", "--import", "./bench/memoryProbe.mjs"]
+  const child = spawn(process.execPath, [...nodeArgs, ...probe, "--import", "tsx", "src/runners/main.ts"], {
     env: {
       ...process.env,
       DATABASE_URL: databaseUrl,
@@ -68,7 +81,8 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string)
       SWEEP_INTERVAL: "1 second",
       SWEEP_GRACE: "1 second",
       SWEEP_BATCH: "1000",
-      LOG_LEVEL: "ERROR"
+      LOG_LEVEL: "ERROR",
+      MEMORY_PROBE_FILE: probeFile
     },
     stdio: ["ignore", "inherit", "inherit"]
   })
@@ -124,12 +138,12 @@ const run = (sim: Simulator, simUrl: string) =>
       const pid = runner.pid!
       await db.connect()
       await sleep(3000)
-      const idle = usage(pid)
-      console.log(`runner idle: RSS ${mib(idle.rssKiB)} MiB`)
+      const idle = { ...usage(pid), heapKiB: await liveHeap(pid) }
+      console.log(`runner idle: RSS ${mib(idle.rssKiB)} MiB, live heap ${mib(idle.heapKiB)} MiB`)
       const project = crypto.randomUUID()
       const tenant = crypto.randomUUID()
       await db.query(`INSERT INTO projects (project_id, tenant_id, stream_epoch) VALUES ($1, $2, 1)`, [project, tenant])
-      const growth: Array<{ tasks: number; rssKiB: number }> = []
+      const growth: Array<{ tasks: number; rssKiB: number; heapKiB: number }> = []
       for (let b = 1; b <= BATCHES; b++) {
         const target = Math.round((TASKS * b) / BATCHES)
         const started = Date.now()
@@ -140,11 +154,11 @@ const run = (sim: Simulator, simUrl: string) =>
         }
         const submitS = (Date.now() - started) / 1000
         await sleep(10_000)
-        const u = usage(pid)
-        growth.push({ tasks: target, rssKiB: u.rssKiB })
+        const u = { ...usage(pid), heapKiB: await liveHeap(pid) }
+        growth.push({ tasks: target, rssKiB: u.rssKiB, heapKiB: u.heapKiB })
         console.log(
-          `${target} tasks in flight (batch submitted in ${submitS.toFixed(1)} s): RSS ${mib(u.rssKiB)} MiB, ` +
-            `${((u.rssKiB - idle.rssKiB) / target).toFixed(1)} KiB per task over idle`
+          `${target} tasks in flight (batch submitted in ${submitS.toFixed(1)} s): live heap ${mib(u.heapKiB)} MiB ` +
+            `(${((u.heapKiB - idle.heapKiB) / target).toFixed(1)} KiB per task over idle), RSS ${mib(u.rssKiB)} MiB`
         )
       }
       console.log("warming up 20 s ...")
@@ -193,18 +207,21 @@ const run = (sim: Simulator, simUrl: string) =>
           `longest since a task's last poll ${Number(starved.rows[0].oldest_s).toFixed(1)} s`
       )
       console.log(`runner CPU: ${cpu.toFixed(0)}% of one core; RSS ${mib(u1.rssKiB)} MiB`)
+      const perTask = (f: (g: (typeof growth)[number]) => number) =>
+        ((f(growth.at(-1)!) - f(growth[0]!)) / (growth.at(-1)!.tasks - growth[0]!.tasks)).toFixed(1)
       console.log(
-        `RSS growth: ${
-          growth.map((g) => `${g.tasks} tasks ${mib(g.rssKiB)} MiB`).join(", ")
-        }; per task (last batch vs first): ${
-          ((growth.at(-1)!.rssKiB - growth[0]!.rssKiB) / (growth.at(-1)!.tasks - growth[0]!.tasks)).toFixed(1)
+        `memory growth: ${
+          growth.map((g) => `${g.tasks} tasks: heap ${mib(g.heapKiB)} / RSS ${mib(g.rssKiB)} MiB`).join(", ")
+        }; per task (last batch vs first): live heap ${perTask((g) => g.heapKiB)} KiB, RSS ${
+          perTask((g) => g.rssKiB)
         } KiB`
       )
     } finally {
       if (runner !== undefined && runner.exitCode === null) {
         await new Promise<void>((resolve) => {
           runner!.on("exit", () => resolve())
-          runner!.kill("SIGKILL")
+          runner!.kill("SIGTERM")
+          setTimeout(() => runner!.kill("SIGKILL"), 15_000).unref()
         })
       }
       await db.end().catch(() => undefined)

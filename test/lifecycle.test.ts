@@ -139,6 +139,45 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
         expectBalanced(yield* ledgers(ids), expect)
       }))
 
+    it.effect("a submit the provider never received: confirmed by lookup after the grace, then a new attempt", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        // every request fails with 503 before reaching the job store: the outcome is unknown to the platform
+        yield* simulator.setFaults({ jobDurationMs: 1000, rate5xx: 1 })
+        const t = yield* startTask("runway")
+        yield* waitForStatus([t.taskId], ["submit_unknown"], Duration.seconds(10))
+        yield* simulator.setFaults({ rate5xx: 0 })
+        yield* waitForStatus([t.taskId], ["ready"], Duration.seconds(30))
+
+        const sql = yield* SqlClient.SqlClient
+        const attempts = yield* sql<{ attempt_no: number; submit_state: string; client_request_id: string }>`
+          SELECT attempt_no, submit_state, client_request_id FROM task_attempts WHERE task_id = ${t.taskId}
+          ORDER BY attempt_no`
+        expect(attempts.map((a) => [a.attempt_no, a.submit_state])).toEqual([[1, "REJECTED"], [2, "SUCCEEDED"]])
+        // the first key never created a job; the second created exactly one
+        expect(attempts.map((a) => simulator.submissions(a.client_request_id))).toEqual([0, 1])
+        expectBalanced(yield* ledgers([t.taskId]), expect)
+      }))
+
+    it.effect("the output cannot be downloaded for a while: output_at_risk, retried, then ready", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 800, rateOutput5xx: 1 })
+        const t = yield* startTask("runway")
+        yield* waitForStatus([t.taskId], ["output_at_risk"], Duration.seconds(15))
+        yield* simulator.setFaults({ rateOutput5xx: 0 })
+        const [row] = yield* waitForStatus([t.taskId], ["ready"], Duration.seconds(20))
+        expect(row!.asset_id).toBe(`${t.taskId}/${t.attemptId}/output.mp4`)
+        const sql = yield* SqlClient.SqlClient
+        const [op] = yield* sql<{ status: string; attempts: number; result: { sha256: string; bytes: number } }>`
+          SELECT status, attempts, result FROM task_operations WHERE task_id = ${t.taskId}
+            AND operation_type = 'fetch_output'`
+        expect(op!.status).toBe("done")
+        expect(op!.attempts).toBeGreaterThan(1)
+        expect(op!.result.bytes).toBe(fs.statSync(path.join(objects, row!.asset_id!)).size)
+        expect(op!.result.sha256).toMatch(/^[0-9a-f]{64}$/)
+      }))
+
     it.effect("cancel before the provider finishes: provider cancel, canceled only on its confirmation, refunded", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim

@@ -229,6 +229,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
         if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
         const phase = phaseOf(job, yield* Clock.currentTimeMillis)
         if (phase._tag !== "done" || phase.outcome !== "succeeded") return json({ error: "no output" }, 404)
+        if (Math.random() < (yield* Ref.get(faults)).rateOutput5xx) return json({ error: "storage unavailable" }, 503)
         stats.downloads++
         return HttpServerResponse.uint8Array(sampleMp4(Math.max(1, Math.round(job.durationMs / 1000))), {
           contentType: "video/mp4"

@@ -25,6 +25,8 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
   slowMs: Schema.NonNegativeInt,
   /** The job is created, but the submit response never arrives (the client times out). */
   submitAcceptThenTimeout: Schema.Number.pipe(Schema.between(0, 1)),
+  /** Output downloads answered 503 (the provider's storage is failing). */
+  rateOutput5xx: Schema.Number.pipe(Schema.between(0, 1)),
   /** Progress webhooks (where the provider sends them) every this many ms while running; 0 = none. */
   progressEveryMs: Schema.NonNegativeInt
 }) {
@@ -42,6 +44,7 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
     rate5xx: 0,
     slowMs: 0,
     submitAcceptThenTimeout: 0,
+    rateOutput5xx: 0,
     progressEveryMs: 0
   })
 }
