@@ -4,7 +4,7 @@ import { type TaskState, TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
-import { trusted } from "../schema/task.js"
+import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { TaskLifecycle } from "./TaskLifecycle.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "./transition.js"
@@ -87,6 +87,9 @@ export const GenerationTaskLive = GenerationTask.toLayer(
     // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
     // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again.
     yield* Effect.gen(function*() {
+      // a finished task (read, or sent a late duplicate) costs no keep-alive write
+      const loaded = yield* Ref.get(cache)
+      if (Option.isSome(loaded) && !isActive(loaded.value.task.status)) return
       yield* Entity.keepAlive(true)
       yield* lifecycle.drive({
         taskId,
@@ -95,6 +98,7 @@ export const GenerationTaskLive = GenerationTask.toLayer(
         observe,
         waitForChange: (ms) =>
           Effect.ignore(Effect.timeout(Queue.take(changed), Duration.millis(Math.min(ms, 2 ** 31 - 1)))),
+        scheduleMemo: null,
         failed: () => ++failures,
         failures: () => failures,
         succeeded: () => {
@@ -114,6 +118,8 @@ export const GenerationTaskLive = GenerationTask.toLayer(
     }
   })
 )
+
+const isActive = (status: TaskStatus) => !isTerminal(status) && status !== "manual_review"
 
 const result = (outcome: Outcome, state: TaskState): CommandResult => {
   switch (outcome._tag) {

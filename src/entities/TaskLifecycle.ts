@@ -94,6 +94,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             Steps.submitAccepted(st, attempt.id, result.right.providerTaskId, now, meta(h.taskId))
           )
           yield* schedule.schedule(attempt.id, poller.firstPollMs())
+          h.scheduleMemo = null
           return 0
         }
         const error = result.left
@@ -136,6 +137,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             const providerTaskId = found.right.value
             yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h.taskId)))
             yield* schedule.schedule(attempt.id, poller.firstPollMs())
+            h.scheduleMemo = null
             return 0
           }
           const graceMs = Duration.toMillis(config.submitUnknownGrace)

@@ -25,6 +25,11 @@ export interface TaskHandle {
   readonly observe: (o: ProviderObservation) => Effect.Effect<CommandResult, WriteError>
   /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task. */
   readonly waitForChange: (ms: number) => Effect.Effect<void>
+  /**
+   * The attempt's poll schedule as this entity last wrote it (null: read it from PostgreSQL), so a poll costs
+   * no extra read; dropped whenever PostgreSQL may know better (a lost lease claim, a new attempt).
+   */
+  scheduleMemo: { attemptId: string; nextPollAt: number; failures: number } | null
   /** Consecutive failed steps: counts one more and returns the count. */
   readonly failed: () => number
   readonly failures: () => number
@@ -83,21 +88,31 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
   const poll = (h: TaskHandle, s: TaskState) =>
     Effect.gen(function*() {
       const attempt = s.attempt!
-      const sched = yield* schedule.get(attempt.id)
-      if (Option.isNone(sched)) return 1000
       let now = yield* Clock.currentTimeMillis
       const open = breakers.get(attempt.provider) ?? 0
       if (open > now) return open - now
-      const { nextPollAt, pollFailures, pollLeaseUntil } = sched.value
-      if (nextPollAt === null) {
-        yield* schedule.schedule(attempt.id, firstPoll(policy))
-        return firstPoll(policy)
+      let memo = h.scheduleMemo?.attemptId === attempt.id ? h.scheduleMemo : null
+      if (memo === null) {
+        const sched = yield* schedule.get(attempt.id)
+        if (Option.isNone(sched)) return 1000
+        const { nextPollAt, pollFailures, pollLeaseUntil } = sched.value
+        if (nextPollAt === null) {
+          const first = firstPoll(policy)
+          yield* schedule.schedule(attempt.id, first)
+          return first
+        }
+        if (pollLeaseUntil !== null && pollLeaseUntil.getTime() > now) return pollLeaseUntil.getTime() - now + 100
+        memo = { attemptId: attempt.id, nextPollAt: nextPollAt.getTime(), failures: pollFailures }
+        h.scheduleMemo = memo
       }
-      if (nextPollAt.getTime() > now) return nextPollAt.getTime() - now
-      if (pollLeaseUntil !== null && pollLeaseUntil.getTime() > now) return pollLeaseUntil.getTime() - now + 100
+      if (memo.nextPollAt > now) return memo.nextPollAt - now
+      const pollFailures = memo.failures
       yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
       const lease = yield* schedule.claim(attempt.id, leaseMs)
-      if (Option.isNone(lease)) return 1000 * policy.scale
+      if (Option.isNone(lease)) {
+        h.scheduleMemo = null
+        return 1000 * policy.scale
+      }
       const client = yield* clients.get(attempt.provider)
       const answer = yield* client.query(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
       now = yield* Clock.currentTimeMillis
@@ -107,6 +122,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         if (overdue) yield* Effect.logWarning("task is past its expected maximum duration: polled rarely")
         const delay = nextPollAfterSuccess(res.task.status, overdue, policy)
         yield* schedule.finish(attempt.id, lease.value, { delayMs: delay, failed: false, error: null })
+        h.scheduleMemo = { attemptId: attempt.id, nextPollAt: now + delay, failures: 0 }
         return isTerminal(res.task.status) || res.outcome === "changed" ? 0 : delay
       }
       const error = answer.left
@@ -139,6 +155,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         failed: true,
         error: `${error.kind}: ${error.detail}`.slice(0, 500)
       })
+      h.scheduleMemo = { attemptId: attempt.id, nextPollAt: now + delay, failures: pollFailures + 1 }
       return delay
     })
 
@@ -158,6 +175,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         yield* schedule.markCancelSent(attempt.id)
         // the confirmation is usually immediate: look soon
         yield* schedule.schedule(attempt.id, 500 * policy.scale)
+        h.scheduleMemo = null
         return 0
       }
       return yield* poll(h, s)
