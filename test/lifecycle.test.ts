@@ -1,7 +1,7 @@
 import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
-import { describe, expect, layer } from "@effect/vitest"
+import { afterAll, describe, expect, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Layer } from "effect"
 import * as fs from "node:fs"
 import { createServer } from "node:http"
@@ -20,6 +20,7 @@ const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePo
 const platform = `http://127.0.0.1:${httpPort}`
 const sim = `http://127.0.0.1:${simPort}`
 const objects = fs.mkdtempSync(path.join(os.tmpdir(), "lifecycle-objects-"))
+afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
 const PROVIDERS = ["openai", "replicate", "fal", "runway", "luma"] as const
 Object.assign(process.env, {
   OPENAI_WEBHOOK_SECRET: devSecret("openai"),
@@ -211,6 +212,34 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
         const history = yield* statusHistory(t.taskId)
         expect(history.indexOf("cancel_requested")).toBeLessThan(history.indexOf("provider_succeeded"))
         expectBalanced(yield* ledgers([t.taskId]), expect)
+      }))
+
+    it.effect("401 opens the provider's breaker; malformed answers are quarantined; both recover", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        const sql = yield* SqlClient.SqlClient
+        yield* simulator.setFaults({ jobDurationMs: 4000, rate429: 0, rate5xx: 0 })
+        const tasks = yield* Effect.forEach(Array.from({ length: 4 }), () => startTask("runway"), { concurrency: 4 })
+        const ids = tasks.map((t) => t.taskId)
+        yield* waitForStatus(ids, ["submitted", "running"], Duration.seconds(10))
+
+        yield* simulator.setFaults({ rateMalformed: 1 })
+        yield* Effect.sleep(Duration.seconds(1))
+        const quarantined = yield* sql<{ last_poll_error: string | null; poll_failures: number }>`
+          SELECT last_poll_error, poll_failures FROM task_attempts WHERE task_id IN ${sql.in(ids)}`
+        expect(quarantined.some((a) => a.last_poll_error?.startsWith("malformed") && a.poll_failures > 0)).toBe(true)
+        // nothing in a malformed answer was applied
+        expect((yield* statuses(ids)).every((r) => r.status === "submitted" || r.status === "running")).toBe(true)
+
+        // a revoked credential: the first 401 opens the breaker for every task of the provider on this runner
+        const before = simulator.stats.queries
+        yield* simulator.setFaults({ rateMalformed: 0, rate401: 1 })
+        yield* Effect.sleep(Duration.millis(2500))
+        // without the breaker each of the 4 tasks would get its own 401 (they poll every 0.25–0.75 s)
+        expect(simulator.stats.queries - before).toBeLessThanOrEqual(2)
+        yield* simulator.setFaults({ rate401: 0 })
+        yield* waitForStatus(ids, ["ready"], Duration.seconds(30))
+        expectBalanced(yield* ledgers(ids), expect)
       }))
 
     it.effect("a 429 storm: the measured query rate stays within the provider's quota", () =>

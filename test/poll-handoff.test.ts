@@ -1,9 +1,12 @@
 import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
-import { describe, expect, layer } from "@effect/vitest"
+import { afterAll, describe, expect, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted, Schedule } from "effect"
+import * as fs from "node:fs"
 import { createServer } from "node:http"
+import * as os from "node:os"
+import * as path from "node:path"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { layerStores } from "../src/runners/Runner.js"
 import { devSecret } from "../src/simulator/devSecrets.js"
@@ -17,6 +20,8 @@ const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
   Effect.all([freePort, freePort, freePort, freePort, freePort])
 )
 const sim = `http://127.0.0.1:${simPort}`
+const objects = fs.mkdtempSync(path.join(os.tmpdir(), "poll-handoff-objects-"))
+afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
 
 class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
 class DbUrl extends Context.Tag("DbUrl")<DbUrl, string>() {}
@@ -48,6 +53,7 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
     RUNWAY_BASE_URL: `${sim}/runway`,
     RUNWAY_LOOKUP: "true",
     POLL_INTERVAL_SCALE: "0.05",
+    OBJECT_STORE_DIR: objects,
     POLL_LEASE: "4 seconds",
     PROVIDER_TIMEOUT: "10 seconds",
     SWEEP_INTERVAL: "1 second",

@@ -148,10 +148,10 @@ export const layerFilesystem = (root: string): Layer.Layer<ObjectStore> => {
   return Layer.succeed(ObjectStore, { put, head, readRange })
 }
 
-/** The filesystem store rooted at OBJECT_STORE_DIR (default ./data/objects). */
+/** The filesystem store rooted at OBJECT_STORE_DIR (default .data/objects). */
 export const layerFromEnv = Layer.unwrapEffect(
   Effect.map(
-    Config.string("OBJECT_STORE_DIR").pipe(Config.withDefault("./data/objects")),
+    Config.string("OBJECT_STORE_DIR").pipe(Config.withDefault(".data/objects")),
     layerFilesystem
   )
 )

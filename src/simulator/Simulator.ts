@@ -165,6 +165,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
           })
         }
         if (Math.random() < f.rate5xx) return json({ error: "upstream error" }, 503)
+        if (Math.random() < f.rate401) return json({ error: "invalid api key" }, 401)
+        if (Math.random() < f.rateMalformed) return json({ unexpected: "shape" })
         return yield* handler
       })
 

@@ -23,6 +23,9 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
   retryAfterSeconds: Schema.NonNegativeInt,
   rate5xx: Schema.Number.pipe(Schema.between(0, 1)),
   slowMs: Schema.NonNegativeInt,
+  /** Query API answers 401 (a revoked credential) / a 200 body in no known format. */
+  rate401: Schema.Number.pipe(Schema.between(0, 1)),
+  rateMalformed: Schema.Number.pipe(Schema.between(0, 1)),
   /** The job is created, but the submit response never arrives (the client times out). */
   submitAcceptThenTimeout: Schema.Number.pipe(Schema.between(0, 1)),
   /** Output downloads answered 503 (the provider's storage is failing). */
@@ -43,6 +46,8 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
     retryAfterSeconds: 1,
     rate5xx: 0,
     slowMs: 0,
+    rate401: 0,
+    rateMalformed: 0,
     submitAcceptThenTimeout: 0,
     rateOutput5xx: 0,
     progressEveryMs: 0
