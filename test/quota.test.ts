@@ -149,7 +149,7 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
         Effect.promise(() => startTcpProxy(Number(new URL(redisUrl!).port || 6379), new URL(redisUrl!).hostname)),
         (p) => Effect.promise(() => p.close())
       )
-      const quota = yield* makeQuota(prefix, {}, `redis://127.0.0.1:${proxy.port}`)
+      const quota = yield* makeQuota(prefix, { QUOTA_REDIS_TIMEOUT: "200 millis" }, `redis://127.0.0.1:${proxy.port}`)
       const redis = yield* admin
       const providerTat = Effect.promise(() => redis.get(`${prefix}quota:provider:acme`))
       yield* quota.acquire(scope(0))

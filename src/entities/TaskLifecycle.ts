@@ -9,18 +9,12 @@ import type { TaskState } from "../persistence/TaskStore.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
-import type { TaskId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
-import type { CommandResult } from "./GenerationTask.js"
 import * as Steps from "./lifecycle.js"
-import { makePoller, type TaskHandle } from "./poller.js"
+import { makePoller } from "./poller.js"
 import { PollPolicyConfig } from "./pollPolicy.js"
-import type { Outcome } from "./transition.js"
-
-export type { TaskHandle }
-
-/** Modes in which new generations may be sent to providers (seed 19.5.5); other modes keep jobs moving only. */
-const SUBMITTING_MODES: ReadonlySet<string> = new Set(["NORMAL", "DEGRADED_NOTIFY"])
+import { makeSubmitter } from "./submitter.js"
+import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
 
 export const LifecycleConfig = Config.all({
   policy: PollPolicyConfig,
@@ -33,8 +27,6 @@ export const LifecycleConfig = Config.all({
   pollLease: Config.duration("POLL_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
   outputUrlTtl: Config.duration("OUTPUT_URL_TTL").pipe(Config.withDefault(Duration.hours(1)))
 })
-
-const meta = (taskId: TaskId) => ({ source: "system" as const, traceId: `lifecycle-${taskId}` })
 
 /**
  * Drives one task from queued to a terminal state, as a fiber in its entity's scope: submits it (exactly once
@@ -57,105 +49,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const poller = makePoller({ clients, schedule, quota, config })
     const scaled = (seconds: number) => seconds * 1000 * config.policy.scale * (0.8 + Math.random() * 0.4)
 
-    /** Commits a step; the number is how soon to look again (0: at once, the state moved). */
-    const commit = (h: TaskHandle, decide: (s: TaskState, now: Date) => Outcome, thenMs = 0) =>
-      Effect.as(h.apply(decide), thenMs)
-
-    const submit = (h: TaskHandle, s: TaskState) =>
-      Effect.gen(function*() {
-        const attempt = s.attempt!
-        const client = clients.get(attempt.provider)
-        if (Option.isNone(client)) {
-          yield* Effect.logError("no client for this provider: the task cannot be submitted")
-          return yield* commit(h, (st, now) =>
-            Steps.retrySubmission(st, attempt.id, 0, "invalid_input", now, meta(h.taskId)))
-        }
-        if (!SUBMITTING_MODES.has(yield* fence.mode)) {
-          return scaled(5)
-        }
-        const request = yield* schedule.requestOf(h.taskId)
-        const scope = `${attempt.provider}/${attempt.model}/${request.tenantId}`
-        if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
-          return scaled(3)
-        }
-        const begun = yield* h.apply((st, now) =>
-          Steps.beginSubmit(st, now, meta(h.taskId))
-        )
-        if (begun.outcome !== "changed") return 0
-        const result = yield* client.value.submit({
-          attemptId: attempt.id,
-          clientRequestId: attempt.clientRequestId,
-          model: attempt.model,
-          prompt: request.prompt,
-          durationSeconds: request.durationSeconds
-        }).pipe(Effect.either)
-        if (Either.isRight(result)) {
-          yield* h.apply((st, now) =>
-            Steps.submitAccepted(st, attempt.id, result.right.providerTaskId, now, meta(h.taskId))
-          )
-          yield* schedule.schedule(attempt.id, poller.firstPollMs())
-          h.scheduleMemo = null
-          return 0
-        }
-        const error = result.left
-        yield* Effect.logWarning("submission did not go through", error)
-        if (error._tag === "SubmitUnknown") {
-          return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
-        }
-        // a 429 is worth another attempt later; any other refusal is about the request itself
-        const retryable = error.code === "http_429"
-        return yield* commit(
-          h,
-          (st, now) =>
-            Steps.retrySubmission(
-              st,
-              attempt.id,
-              retryable ? config.maxSubmitAttempts : 0,
-              retryable ? "provider_unavailable" : "invalid_input",
-              now,
-              meta(h.taskId)
-            ),
-          scaled(2 ** attempt.attemptNo)
-        )
-      })
-
-    /** SUBMIT_UNKNOWN: ask the provider by our idempotency key; never a new attempt until it confirms nothing. */
-    const resolveUnknown = (h: TaskHandle, s: TaskState) =>
-      Effect.gen(function*() {
-        const attempt = s.attempt!
-        if (attempt.submitState === "SUBMITTING") {
-          return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
-        }
-        const now = yield* Clock.currentTimeMillis
-        const since = (attempt.unknownSince ?? attempt.submitStartedAt ?? s.task.updatedAt).getTime()
-        const request = yield* schedule.requestOf(h.taskId)
-        const client = yield* clients.get(attempt.provider)
-        yield* quota.acquire({ provider: attempt.provider, tenantId: request.tenantId })
-        const found = yield* client.lookup(attempt.clientRequestId).pipe(Effect.either)
-        if (Either.isRight(found)) {
-          if (Option.isSome(found.right)) {
-            const providerTaskId = found.right.value
-            yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h.taskId)))
-            yield* schedule.schedule(attempt.id, poller.firstPollMs())
-            h.scheduleMemo = null
-            return 0
-          }
-          const graceMs = Duration.toMillis(config.submitUnknownGrace)
-          if (now - since < graceMs) return graceMs - (now - since) + scaled(1)
-          return yield* commit(h, (st, at) =>
-            Steps.retrySubmission(st, attempt.id, config.maxSubmitAttempts, "provider_unavailable", at, meta(h.taskId)))
-        }
-        if (found.left._tag === "LookupUnsupported") {
-          if (now - since > Duration.toMillis(config.submitUnknownDeadline)) {
-            yield* Effect.logError("unknown submission could not be resolved: manual review")
-            return yield* commit(h, (st, at) =>
-              Steps.escalate(st, at, meta(h.taskId)))
-          }
-          return scaled(30)
-        }
-        yield* Effect.logWarning("lookup by idempotency key failed", found.left)
-        return poller.failureDelayMs(found.left, 1)
-      })
+    const { resolveUnknown, submit } = makeSubmitter({ clients, schedule, quota, fence, poller, config, scaled })
 
     const fetchOutput = (h: TaskHandle, s: TaskState) =>
       Effect.gen(function*() {
@@ -281,5 +175,3 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     return { drive } as const
   })
 }) {}
-
-export type { CommandResult }

@@ -5,36 +5,11 @@ import type { ProviderReport } from "../providers/ProviderAdapter.js"
 import { sha256hex } from "../providers/ProviderAdapter.js"
 import type { ProviderCallFailed, ProviderClients } from "../providers/ProviderClients.js"
 import type { ProviderQuota } from "../quota/ProviderQuota.js"
-import type { StorageUnavailable, TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
-import type { TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { type AttemptSnapshot, isTerminal, trusted } from "../schema/task.js"
-import type { CommandResult } from "./GenerationTask.js"
 import { providerLostJob } from "./lifecycle.js"
 import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "./pollPolicy.js"
-import type { Outcome } from "./transition.js"
-
-type WriteError = TaskNotFound | WriteFenced | VersionConflict | StorageUnavailable
-
-/** What the lifecycle needs of its entity: the cached state, commits through the entity, and a wake-up. */
-export interface TaskHandle {
-  readonly taskId: TaskId
-  readonly current: Effect.Effect<TaskState, TaskNotFound | StorageUnavailable>
-  readonly apply: (decide: (s: TaskState, now: Date) => Outcome) => Effect.Effect<CommandResult, WriteError>
-  /** The same path as a webhook's observation: one transition function for both. */
-  readonly observe: (o: ProviderObservation) => Effect.Effect<CommandResult, WriteError>
-  /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task. */
-  readonly waitForChange: (ms: number) => Effect.Effect<void>
-  /**
-   * The attempt's poll schedule as this entity last wrote it (null: read it from PostgreSQL), so a poll costs
-   * no extra read; dropped whenever PostgreSQL may know better (a lost lease claim, a new attempt).
-   */
-  scheduleMemo: { attemptId: string; nextPollAt: number; failures: number } | null
-  /** Consecutive failed steps: counts one more and returns the count. */
-  readonly failed: () => number
-  readonly failures: () => number
-  readonly succeeded: () => void
-}
+import type { TaskHandle } from "./taskHandle.js"
 
 /** A poll's answer as an observation: the same shape and the same transition as a webhook's. */
 export const pollObservation = (

@@ -1,0 +1,133 @@
+import { Clock, Duration, Effect, Either, Option } from "effect"
+import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
+import type { TaskState } from "../persistence/TaskStore.js"
+import type { WriteFence } from "../persistence/WriteFence.js"
+import type { ProviderClients } from "../providers/ProviderClients.js"
+import type { ProviderQuota } from "../quota/ProviderQuota.js"
+import * as Steps from "./lifecycle.js"
+import type { makePoller } from "./poller.js"
+import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
+
+/** Modes in which new generations may be sent to providers (seed 19.5.5); other modes keep jobs moving only. */
+const SUBMITTING_MODES: ReadonlySet<string> = new Set(["NORMAL", "DEGRADED_NOTIFY"])
+
+export interface SubmitterDeps {
+  readonly clients: ProviderClients
+  readonly schedule: AttemptSchedule
+  readonly quota: ProviderQuota
+  readonly fence: WriteFence
+  readonly poller: ReturnType<typeof makePoller>
+  readonly config: {
+    readonly submitConcurrency: number
+    readonly maxSubmitAttempts: number
+    readonly submitUnknownGrace: Duration.Duration
+    readonly submitUnknownDeadline: Duration.Duration
+  }
+  /** Seconds of the seed's scale as jittered milliseconds of this deployment's scale. */
+  readonly scaled: (seconds: number) => number
+}
+
+/**
+ * The submission half of a task's lifecycle (seed 12.7.5): a slot, the SUBMITTING commit before the call,
+ * then submitted, unknown or a new attempt; an unknown outcome is resolved by lookup by our idempotency key,
+ * never by submitting again before the provider confirms it has nothing.
+ */
+export const makeSubmitter = ({ clients, config, fence, poller, quota, schedule, scaled }: SubmitterDeps) => {
+  const submit = (h: TaskHandle, s: TaskState) =>
+    Effect.gen(function*() {
+      const attempt = s.attempt!
+      const client = clients.get(attempt.provider)
+      if (Option.isNone(client)) {
+        yield* Effect.logError("no client for this provider: the task cannot be submitted")
+        return yield* commit(h, (st, now) =>
+          Steps.retrySubmission(st, attempt.id, 0, "invalid_input", now, meta(h.taskId)))
+      }
+      if (!SUBMITTING_MODES.has(yield* fence.mode)) {
+        return scaled(5)
+      }
+      const request = yield* schedule.requestOf(h.taskId)
+      const scope = `${attempt.provider}/${attempt.model}/${request.tenantId}`
+      if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
+        return scaled(3)
+      }
+      const begun = yield* h.apply((st, now) =>
+        Steps.beginSubmit(st, now, meta(h.taskId))
+      )
+      if (begun.outcome !== "changed") return 0
+      const result = yield* client.value.submit({
+        attemptId: attempt.id,
+        clientRequestId: attempt.clientRequestId,
+        model: attempt.model,
+        prompt: request.prompt,
+        durationSeconds: request.durationSeconds
+      }).pipe(Effect.either)
+      if (Either.isRight(result)) {
+        yield* h.apply((st, now) =>
+          Steps.submitAccepted(st, attempt.id, result.right.providerTaskId, now, meta(h.taskId))
+        )
+        yield* schedule.schedule(attempt.id, poller.firstPollMs())
+        h.scheduleMemo = null
+        return 0
+      }
+      const error = result.left
+      yield* Effect.logWarning("submission did not go through", error)
+      if (error._tag === "SubmitUnknown") {
+        return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
+      }
+      // a 429 is worth another attempt later; any other refusal is about the request itself
+      const retryable = error.code === "http_429"
+      return yield* commit(
+        h,
+        (st, now) =>
+          Steps.retrySubmission(
+            st,
+            attempt.id,
+            retryable ? config.maxSubmitAttempts : 0,
+            retryable ? "provider_unavailable" : "invalid_input",
+            now,
+            meta(h.taskId)
+          ),
+        scaled(2 ** attempt.attemptNo)
+      )
+    })
+
+  /** SUBMIT_UNKNOWN: ask the provider by our idempotency key; never a new attempt until it confirms nothing. */
+  const resolveUnknown = (h: TaskHandle, s: TaskState) =>
+    Effect.gen(function*() {
+      const attempt = s.attempt!
+      if (attempt.submitState === "SUBMITTING") {
+        return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
+      }
+      const now = yield* Clock.currentTimeMillis
+      const since = (attempt.unknownSince ?? attempt.submitStartedAt ?? s.task.updatedAt).getTime()
+      const request = yield* schedule.requestOf(h.taskId)
+      const client = yield* clients.get(attempt.provider)
+      yield* quota.acquire({ provider: attempt.provider, tenantId: request.tenantId })
+      const found = yield* client.lookup(attempt.clientRequestId).pipe(Effect.either)
+      if (Either.isRight(found)) {
+        if (Option.isSome(found.right)) {
+          const providerTaskId = found.right.value
+          yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h.taskId)))
+          yield* schedule.schedule(attempt.id, poller.firstPollMs())
+          h.scheduleMemo = null
+          return 0
+        }
+        const graceMs = Duration.toMillis(config.submitUnknownGrace)
+        if (now - since < graceMs) return graceMs - (now - since) + scaled(1)
+        return yield* commit(h, (st, at) =>
+          Steps.retrySubmission(st, attempt.id, config.maxSubmitAttempts, "provider_unavailable", at, meta(h.taskId)))
+      }
+      if (found.left._tag === "LookupUnsupported") {
+        if (now - since > Duration.toMillis(config.submitUnknownDeadline)) {
+          yield* Effect.logError("unknown submission could not be resolved: manual review")
+          return yield* commit(h, (st, at) =>
+            Steps.escalate(st, at, meta(h.taskId)))
+        }
+        return scaled(30)
+      }
+      yield* Effect.logWarning("lookup by idempotency key failed", found.left)
+      return poller.failureDelayMs(found.left, 1)
+    })
+
+  return { submit, resolveUnknown } as const
+}

@@ -1,0 +1,37 @@
+import { Effect } from "effect"
+import type { TaskState } from "../persistence/TaskStore.js"
+import type { StorageUnavailable, TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
+import type { TaskId } from "../schema/ids.js"
+import type { ProviderObservation } from "../schema/observation.js"
+import type { CommandResult } from "./GenerationTask.js"
+import type { StepMeta } from "./lifecycle.js"
+import type { Outcome } from "./transition.js"
+
+type WriteError = TaskNotFound | WriteFenced | VersionConflict | StorageUnavailable
+
+/** What the lifecycle needs of its entity: the cached state, commits through the entity, and a wake-up. */
+export interface TaskHandle {
+  readonly taskId: TaskId
+  readonly current: Effect.Effect<TaskState, TaskNotFound | StorageUnavailable>
+  readonly apply: (decide: (s: TaskState, now: Date) => Outcome) => Effect.Effect<CommandResult, WriteError>
+  /** The same path as a webhook's observation: one transition function for both. */
+  readonly observe: (o: ProviderObservation) => Effect.Effect<CommandResult, WriteError>
+  /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task. */
+  readonly waitForChange: (ms: number) => Effect.Effect<void>
+  /**
+   * The attempt's poll schedule as this entity last wrote it (null: read it from PostgreSQL), so a poll costs
+   * no extra read; dropped whenever PostgreSQL may know better (a lost lease claim, a new attempt).
+   */
+  scheduleMemo: { attemptId: string; nextPollAt: number; failures: number } | null
+  /** Consecutive failed steps: counts one more and returns the count. */
+  readonly failed: () => number
+  readonly failures: () => number
+  readonly succeeded: () => void
+}
+
+/** Commits a step; the number is how soon to look again (0: at once, the state moved). */
+export const commitStep = (h: TaskHandle, decide: (s: TaskState, now: Date) => Outcome, thenMs = 0) =>
+  Effect.as(h.apply(decide), thenMs)
+
+/** Changes the lifecycle makes on its own account. */
+export const lifecycleMeta = (taskId: TaskId): StepMeta => ({ source: "system", traceId: `lifecycle-${taskId}` })
