@@ -72,6 +72,8 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string)
       RUNNER_PORT: String(runnerPort),
       RUNWAY_BASE_URL: `${simUrl}/runway`,
       RUNWAY_LOOKUP: "true",
+      // events go through the in-process queue: this bench measures polling (bench:propagation the queue)
+      ROCKETMQ_ENDPOINTS: "",
       QUOTA_RUNWAY_QPS: String(QPS),
       QUOTA_TENANT_QPS: String(QPS * 10),
       QUOTA_GLOBAL_QPS: String(QPS * 10),

@@ -16,6 +16,7 @@ import { TaskClient } from "../src/entities/TaskClient.js"
 import { makeChange } from "../src/entities/transition.js"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { type TaskState, TaskStore } from "../src/persistence/TaskStore.js"
+import { layerPropagationMemory } from "../src/runners/Propagation.js"
 import { layerLifecycleDisabled, layerRunnerWith, layerStores } from "../src/runners/Runner.js"
 import { RunnerConfig } from "../src/runners/RunnerConfig.js"
 import type { AttemptId, TaskId } from "../src/schema/ids.js"
@@ -124,7 +125,7 @@ const program = Effect.gen(function*() {
   url.pathname = `/${name}`
   const c = yield* RunnerConfig
   const database = layerPostgres({ url: Redacted.make(url.toString()), maxConnections: POOL, applicationName: "bench" })
-  const runner = layerRunnerWith(c, layerLifecycleDisabled)
+  const runner = layerRunnerWith(c, layerLifecycleDisabled, layerPropagationMemory)
   const stack = Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(
     Layer.provideMerge(layerStores(database))
   )

@@ -21,7 +21,10 @@ const startRunner = (dataDir: string, httpPort: number, runnerPort: number): Pro
     // nothing listens there: the submission's outcome stays unknown (no lookup), so the task waits
     RUNWAY_BASE_URL: "http://127.0.0.1:9"
   }
+  // a bare machine: no PostgreSQL, Redis or RocketMQ configured (the in-process stand-ins are used)
   delete env.DATABASE_URL
+  delete env.REDIS_URL
+  delete env.ROCKETMQ_ENDPOINTS
   return spawnRunner(env)
 }
 

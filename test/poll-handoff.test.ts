@@ -55,6 +55,8 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
     POLL_INTERVAL_SCALE: "0.05",
     OBJECT_STORE_DIR: objects,
     POLL_LEASE: "4 seconds",
+    // propagation in process: this test is about polling, and the broker may be restarted by another test
+    ROCKETMQ_ENDPOINTS: "",
     PROVIDER_TIMEOUT: "10 seconds",
     SWEEP_INTERVAL: "1 second",
     SWEEP_GRACE: "2 seconds",

@@ -1,31 +1,15 @@
 import { EntityId, Sharding } from "@effect/cluster"
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Duration, Effect, Exit, Layer, Redacted, Schedule, Scope } from "effect"
+import { Context, Duration, Effect, Exit, Schedule, Scope } from "effect"
 import { TaskClient } from "../src/entities/TaskClient.js"
-import { layerPostgres } from "../src/persistence/Database.js"
-import { layerLifecycleDisabled, layerRunnerWith, layerStores } from "../src/runners/Runner.js"
+import { layerPropagationMemory } from "../src/runners/Propagation.js"
 import { makeTestDatabaseUrl, noDatabase } from "./support/database.js"
-import { freePort, quietLogs, runnerConfig } from "./support/runner.js"
+import { startScopedRunner } from "./support/runner.js"
 import { admitTask, observation } from "./support/tasks.js"
 
 const TASKS = 40
 
-/** A complete runner (its own pool, stores, cluster runner) started in its own scope, like its own process. */
-const startRunner = (url: string) =>
-  Effect.gen(function*() {
-    const port = yield* freePort
-    const c = yield* runnerConfig({ RUNNER_PORT: String(port) })
-    const scope = yield* Scope.make()
-    const database = layerPostgres({ url: Redacted.make(url), maxConnections: 8, applicationName: `runner-${port}` })
-    const context = yield* Layer.buildWithScope(
-      layerRunnerWith(c, layerLifecycleDisabled).pipe(
-        Layer.provideMerge(layerStores(database)),
-        Layer.provide(quietLogs)
-      ),
-      scope
-    )
-    return { context, scope, port }
-  })
+const startRunner = (url: string) => startScopedRunner(url, layerPropagationMemory)
 
 type Runner = Effect.Effect.Success<ReturnType<typeof startRunner>>
 

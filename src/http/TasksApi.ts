@@ -1,6 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
 import { Schema } from "effect"
 import {
+  AdmissionsThrottled,
   CommandRejected,
   IdempotencyKeyReused,
   ProjectNotFound,
@@ -57,6 +58,7 @@ export class TasksApi extends HttpApiGroup.make("tasks")
       .setPayload(CreateTaskRequest)
       .addSuccess(TaskView, { status: 201 })
       .addError(IdempotencyKeyReused)
+      .addError(AdmissionsThrottled)
       .addError(ProjectNotFound)
       .addError(WriteFenced)
       .addError(StorageUnavailable)

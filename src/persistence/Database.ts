@@ -14,6 +14,7 @@ import commitTaskChanges from "../../migrations/0003_commit_task_changes.js"
 import inboxAttempt from "../../migrations/0004_inbox_attempt.js"
 import inboxBody from "../../migrations/0005_inbox_body.js"
 import lifecycle from "../../migrations/0006_lifecycle.js"
+import propagation from "../../migrations/0007_propagation.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -31,7 +32,8 @@ const runMigrations = Migrator.make({})({
     "0003_commit_task_changes": commitTaskChanges,
     "0004_inbox_attempt": inboxAttempt,
     "0005_inbox_body": inboxBody,
-    "0006_lifecycle": lifecycle
+    "0006_lifecycle": lifecycle,
+    "0007_propagation": propagation
   }),
   table: "app_migrations"
 })

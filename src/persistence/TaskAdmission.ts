@@ -1,8 +1,14 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Data, Effect, Option, Schedule } from "effect"
+import { Config, Data, Duration, Effect, Option, Schedule } from "effect"
 import { domainEventOf, publicPayloadOf } from "../entities/taskEvents.js"
-import { IdempotencyKeyReused, ProjectNotFound, StorageUnavailable, WriteFenced } from "../schema/errors.js"
+import {
+  AdmissionsThrottled,
+  IdempotencyKeyReused,
+  ProjectNotFound,
+  StorageUnavailable,
+  WriteFenced
+} from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"
 import { taskFromRow } from "./TaskStore.js"
@@ -105,7 +111,20 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
         return { task, created: true }
       }).pipe(sql.withTransaction)
 
+    // seed 19.3.5: when the event queue cannot keep up (or is down), the outbox grows; past the watermark new
+    // work is refused (503) so that existing tasks keep moving and the backlog can drain
+    const watermark = yield* Config.integer("OUTBOX_BACKLOG_WATERMARK").pipe(Config.withDefault(50_000))
+    const backlog = yield* Effect.cachedWithTTL(
+      sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM (SELECT 1 FROM outbox_events WHERE published_at IS NULL
+        LIMIT ${watermark + 1}) b`.pipe(Effect.map((rows) => rows[0]!.n), Effect.orElseSucceed(() => 0)),
+      Duration.seconds(1)
+    )
+
     const admit = Effect.fn("TaskAdmission.admit")(function*(a: Admission) {
+      if ((yield* backlog) > watermark) {
+        return yield* new AdmissionsThrottled({ message: "the event backlog is too large: retry later" })
+      }
       return yield* insert(a).pipe(
         Effect.retry({ while: (e) => e._tag === "LostKeyRace", schedule: Schedule.recurs(2) }),
         Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),

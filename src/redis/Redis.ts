@@ -1,5 +1,5 @@
 import { Config, Context, Duration, Effect, Layer, Option, Queue, Redacted } from "effect"
-import { Redis as IORedis } from "ioredis"
+import { Redis as IORedis, type RedisOptions } from "ioredis"
 
 /**
  * The shared Redis connection, if one is configured. Without REDIS_URL (the embedded, single-process default)
@@ -25,7 +25,11 @@ const safeUrl = (url: string) => {
   }
 }
 
-const connect = (url: string) =>
+/**
+ * A connection of the caller's own, closed with the scope: connection errors logged at most once per
+ * ERROR_LOG_INTERVAL, and a short wait for the first connection.
+ */
+const own = (label: string, create: () => IORedis) =>
   Effect.gen(function*() {
     // connection errors arrive on an event emitter, outside any fiber: the listener only records them and wakes
     // a scoped fiber, which logs at most once per ERROR_LOG_INTERVAL (Redis down means an error every retry)
@@ -34,13 +38,7 @@ const connect = (url: string) =>
     let suppressed = 0
     const client = yield* Effect.acquireRelease(
       Effect.sync(() => {
-        const client = new IORedis(url, {
-          lazyConnect: false,
-          enableOfflineQueue: false, // fail fast when down: callers have a local fallback, a queue only adds delay
-          maxRetriesPerRequest: 1,
-          connectTimeout: CONNECT_TIMEOUT_MS,
-          retryStrategy: (times) => Math.min(200 * times, 2_000) // forever, at most 2 s apart
-        })
+        const client = create()
         client.on("error", (error: unknown) => {
           lastError = error
           suppressed++
@@ -60,7 +58,7 @@ const connect = (url: string) =>
       const count = suppressed
       suppressed = 0
       yield* Effect.logWarning("Redis connection error").pipe(
-        Effect.annotateLogs({ redis: safeUrl(url), error: String(lastError), errors_since_last_log: count })
+        Effect.annotateLogs({ redis: label, error: String(lastError), errors_since_last_log: count })
       )
       yield* Effect.sleep(ERROR_LOG_INTERVAL)
     }).pipe(Effect.forever, Effect.forkScoped)
@@ -82,6 +80,23 @@ const connect = (url: string) =>
     }).pipe(Effect.timeout(Duration.millis(CONNECT_TIMEOUT_MS + 500)), Effect.ignore)
     return client
   })
+
+const connect = (url: string) =>
+  own(safeUrl(url), () =>
+    new IORedis(url, {
+      lazyConnect: false,
+      enableOfflineQueue: false, // fail fast when down: callers have a local fallback, a queue only adds delay
+      maxRetriesPerRequest: 1,
+      connectTimeout: CONNECT_TIMEOUT_MS,
+      retryStrategy: (times) => Math.min(200 * times, 2_000) // forever, at most 2 s apart
+    }))
+
+/**
+ * A second connection with the options of `client` (and `overrides`), e.g. for subscriber mode, in which a
+ * connection can run no other command; closed when the scope closes.
+ */
+export const duplicate = (client: IORedis, overrides: Partial<RedisOptions> = {}) =>
+  own(`redis://${client.options.host}:${client.options.port}`, () => client.duplicate(overrides))
 
 const make = (url: Option.Option<string>, keyPrefix: string) =>
   Effect.map(

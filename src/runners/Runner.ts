@@ -25,6 +25,7 @@ import { ProviderRegistry } from "../providers/ProviderRegistry.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
 import * as Redis from "../redis/Redis.js"
 import { layerCluster } from "./Cluster.js"
+import { layerPropagationFromEnv } from "./Propagation.js"
 import { ReconcilersLive } from "./Reconcilers.js"
 import { RunnerConfig } from "./RunnerConfig.js"
 import { SweeperLive } from "./Sweeper.js"
@@ -62,16 +63,20 @@ export const layerLifecycleDisabled = Layer.succeed(TaskLifecycle, TaskLifecycle
 
 /**
  * A cluster runner hosting GenerationTask entities (each with its lifecycle), the clients that talk to them, the
- * inbox processor, and the cluster singletons: the sweeper and the reconcilers.
+ * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay) and the notification dispatcher.
  */
-export const layerRunnerWith = <E, R>(c: RunnerConfig, lifecycle: Layer.Layer<TaskLifecycle, E, R>) =>
-  Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive).pipe(
+export const layerRunnerWith = <E, R, E2, R2>(
+  c: RunnerConfig,
+  lifecycle: Layer.Layer<TaskLifecycle, E, R>,
+  propagation: Layer.Layer<never, E2, R2>
+) =>
+  Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive, propagation).pipe(
     Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
     Layer.provideMerge(layerCluster(c)),
     Layer.provide(lifecycle)
   )
 
-export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycle)
+export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycle, layerPropagationFromEnv)
 
 /**
  * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and, in front of it, the provider webhook

@@ -68,3 +68,10 @@ export class TaskUnavailable extends Schema.TaggedError<TaskUnavailable>()(
   { message: Schema.String },
   HttpApiSchema.annotations({ status: 503 })
 ) {}
+
+/** New tasks are throttled: the outbox backlog is past its watermark (the event queue is down or slow, seed 19.3.5). */
+export class AdmissionsThrottled extends Schema.TaggedError<AdmissionsThrottled>()(
+  "AdmissionsThrottled",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 503 })
+) {}

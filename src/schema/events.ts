@@ -48,3 +48,14 @@ export const DomainEvent = Schema.Struct({
   trace_id: Schema.String
 })
 export type DomainEvent = typeof DomainEvent.Type
+
+/**
+ * What the notification bus carries to gateways (one project's channel): the browser-safe payload and the stream
+ * cursor that orders it. A gateway decodes it with this schema before anything reaches a browser.
+ */
+export const LiveTaskEvent = Schema.Struct({
+  cursor: Schema.String,
+  event_type: TaskEventType,
+  payload: PublicTaskPayload
+})
+export type LiveTaskEvent = typeof LiveTaskEvent.Type

@@ -1,0 +1,218 @@
+import { Config, Context, Duration, Effect, Layer, Option, Queue, Schema, type Scope, Stream } from "effect"
+import type { Redis as IORedis } from "ioredis"
+import { duplicate, Redis } from "../redis/Redis.js"
+
+export class BusUnavailable extends Schema.TaggedError<BusUnavailable>()("BusUnavailable", {
+  message: Schema.String
+}) {}
+
+/** What a subscriber sees: a message, or a notice that messages may have been missed (resubscribed after a disconnect). */
+export type BusEvent = { readonly _tag: "Message"; readonly payload: string } | { readonly _tag: "Gap" }
+
+/**
+ * Live fan-out of committed task events to the HTTP gateways. Only an accelerator: PostgreSQL stays the truth, and a
+ * Gap tells a subscriber to re-read from its cursor.
+ */
+export class NotificationBus extends Context.Tag("NotificationBus")<NotificationBus, {
+  readonly publish: (projectId: string, payload: string) => Effect.Effect<void, BusUnavailable>
+  /**
+   * Subscribes to a project's channel for as long as the scope lives; many local subscribers of one project share
+   * one Redis subscription (ref-counted: SUBSCRIBE on the first, UNSUBSCRIBE when the last scope closes).
+   */
+  readonly subscribe: (projectId: string) => Effect.Effect<Stream.Stream<BusEvent>, never, Scope.Scope>
+}>() {}
+
+const PUBLISH_TIMEOUT = Duration.millis(500)
+const SUBSCRIBE_TIMEOUT = Duration.seconds(2)
+const GAP: BusEvent = { _tag: "Gap" }
+
+const bufferSize = Config.integer("BUS_SUBSCRIBER_BUFFER").pipe(
+  Config.validate({ message: "must be an integer > 0", validation: (n) => n > 0 }),
+  Config.withDefault(1024)
+)
+
+/**
+ * One local subscriber. Its queue holds `capacity` messages plus one slot that only a Gap may take, so a full
+ * buffer can always say that it dropped something, and a Gap in the last slot covers every drop after it.
+ */
+interface Subscriber {
+  readonly queue: Queue.Queue<BusEvent>
+  /** a Gap is owed before the next event (the connection dropped, or subscribing failed) */
+  missed: boolean
+  lastWasGap: boolean
+}
+
+/** Local fan-out by key: never blocks, whatever a subscriber's pace. */
+const makeHub = (capacity: number) => {
+  const keys = new Map<string, Set<Subscriber>>()
+  const pushGap = (sub: Subscriber, size: number) => {
+    // the last event offered is still queued and is a Gap already: it covers this one too
+    if (size > 0 && sub.lastWasGap) return size
+    Queue.unsafeOffer(sub.queue, GAP)
+    sub.lastWasGap = true
+    return size + 1
+  }
+  /** Offers a message (or, with none, only an owed Gap); a full buffer drops it and queues a Gap instead. */
+  const deliver = (sub: Subscriber, payload?: string) => {
+    const current = sub.queue.unsafeSize()
+    if (Option.isNone(current)) return // shut down
+    let size = current.value
+    if (sub.missed) {
+      sub.missed = false
+      size = pushGap(sub, size)
+    }
+    if (payload === undefined) return
+    if (size < capacity) {
+      Queue.unsafeOffer(sub.queue, { _tag: "Message", payload })
+      sub.lastWasGap = false
+    } else {
+      pushGap(sub, size) // the message is dropped
+    }
+  }
+  return {
+    keys,
+    publish: (key: string, payload: string) => keys.get(key)?.forEach((sub) => deliver(sub, payload)),
+    deliver,
+    /**
+     * Adds a subscriber for the scope's lifetime. `onLast` is called in the same step that removes the key's last
+     * subscriber (so that no one joins in between), and the effect it returns is awaited.
+     */
+    join: (key: string, onLast: () => Effect.Effect<void>) =>
+      Effect.gen(function*() {
+        const queue = yield* Queue.bounded<BusEvent>(capacity + 1)
+        const sub: Subscriber = { queue, missed: false, lastWasGap: false }
+        yield* Effect.acquireRelease(
+          Effect.sync(() => keys.set(key, (keys.get(key) ?? new Set()).add(sub))),
+          () =>
+            Effect.suspend(() => {
+              const subs = keys.get(key)
+              subs?.delete(sub)
+              if (subs?.size !== 0) return Effect.void
+              keys.delete(key)
+              return onLast()
+            }).pipe(Effect.ensuring(Queue.shutdown(queue)))
+        )
+        return { sub, stream: Stream.fromQueue(queue) }
+      })
+  }
+}
+
+/** In-process bus for a single process (no REDIS_URL): the same buffers and Gaps, no connection to lose. */
+export const layerMemory: Layer.Layer<NotificationBus> = Layer.effect(
+  NotificationBus,
+  Effect.gen(function*() {
+    const hub = makeHub(yield* bufferSize)
+    return NotificationBus.of({
+      publish: Effect.fn("NotificationBus.publish")(function*(projectId: string, payload: string) {
+        yield* Effect.sync(() => hub.publish(projectId, payload))
+      }),
+      subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
+        return (yield* hub.join(projectId, () => Effect.void)).stream
+      })
+    })
+  }).pipe(Effect.orDie)
+)
+
+const attempt = (what: string, run: () => Promise<unknown>, timeout: Duration.Duration) =>
+  Effect.tryPromise({ try: run, catch: (e) => new BusUnavailable({ message: `${what}: ${String(e)}` }) }).pipe(
+    Effect.timeoutFail({ duration: timeout, onTimeout: () => new BusUnavailable({ message: `${what}: timed out` }) })
+  )
+
+/**
+ * Redis Pub/Sub: PUBLISH on the shared connection, SUBSCRIBE on a dedicated one (a connection in subscriber mode
+ * runs no other command). ioredis' own resubscription is off: it would only restore channels whose SUBSCRIBE had
+ * been answered, and we need to know when the channels are live again to send the Gaps, so the "ready" handler
+ * subscribes to every channel that has local subscribers itself.
+ */
+export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scoped(
+  NotificationBus,
+  Effect.gen(function*() {
+    const { client, keyPrefix } = yield* Redis
+    if (Option.isNone(client)) return yield* Effect.dieMessage("NotificationBus.layerRedis needs REDIS_URL")
+    const publisher: IORedis = client.value
+    const hub = makeHub(yield* bufferSize)
+    const connection = yield* duplicate(publisher, { autoResubscribe: false })
+    const channelOf = (projectId: string) => `${keyPrefix}project:${projectId}`
+    // the SUBSCRIBE that made each channel live on the current connection: later subscribers wait for it too
+    const live = new Map<string, Promise<unknown>>()
+    const subscribe = (channels: Array<string>) => {
+      const subscribing = connection.subscribe(...channels)
+      subscribing.catch(() => undefined) // awaited by whoever needs it
+      channels.forEach((channel) => live.set(channel, subscribing))
+      return subscribing
+    }
+
+    // emitter callbacks run outside any fiber: they only touch the hub and wake the fiber that logs and resubscribes
+    const events = yield* Queue.unbounded<"lost" | "ready">()
+    let up = connection.status === "ready"
+    connection.on("message", (channel: string, payload: string) => hub.publish(channel, payload))
+    connection.on("close", () => {
+      // everyone subscribed now misses what is published until the channels are live again
+      live.clear()
+      hub.keys.forEach((subs) => subs.forEach((sub) => (sub.missed = true)))
+      if (up) Queue.unsafeOffer(events, "lost")
+      up = false
+    })
+    connection.on("ready", () => {
+      up = true
+      Queue.unsafeOffer(events, "ready")
+    })
+    yield* Effect.gen(function*() {
+      if ((yield* Queue.take(events)) === "lost") {
+        return yield* Effect.logWarning("NotificationBus: subscriber connection lost, subscribers will get a Gap")
+      }
+      const channels = [...hub.keys.keys()]
+      if (channels.length === 0) return
+      const subscribing = subscribe(channels)
+      yield* attempt("resubscribe", () => subscribing, SUBSCRIBE_TIMEOUT).pipe(
+        Effect.zipRight(Effect.sync(() => hub.keys.forEach((subs) => subs.forEach((sub) => hub.deliver(sub))))),
+        Effect.zipRight(Effect.logInfo("NotificationBus: resubscribed, Gap sent")),
+        Effect.tapError((e) =>
+          Effect.logWarning("NotificationBus: resubscribing failed").pipe(
+            Effect.annotateLogs({ error: e.message }),
+            Effect.zipRight(Effect.sleep(SUBSCRIBE_TIMEOUT)), // still up (a timeout)? then try again
+            Effect.zipRight(Effect.sync(() => up && Queue.unsafeOffer(events, "ready")))
+          )
+        ),
+        Effect.ignore,
+        Effect.annotateLogs({ channels: channels.length })
+      )
+    }).pipe(Effect.forever, Effect.forkScoped)
+
+    return NotificationBus.of({
+      publish: Effect.fn("NotificationBus.publish")(function*(projectId: string, payload: string) {
+        yield* attempt("publish", () => publisher.publish(channelOf(projectId), payload), PUBLISH_TIMEOUT)
+      }),
+      subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
+        const channel = channelOf(projectId)
+        const { stream, sub } = yield* hub.join(channel, () => {
+          live.delete(channel)
+          const unsubscribing = connection.unsubscribe(channel)
+          unsubscribing.catch(() => undefined)
+          return attempt("unsubscribe", () => unsubscribing, SUBSCRIBE_TIMEOUT).pipe(Effect.ignore)
+        })
+        const subscribing = live.get(channel) ?? subscribe([channel])
+        // not live (Redis down): the Gap comes once the "ready" handler has subscribed again
+        yield* attempt("subscribe", () => subscribing, SUBSCRIBE_TIMEOUT).pipe(
+          Effect.tapError((e) =>
+            Effect.sync(() => {
+              sub.missed = true
+              if (live.get(channel) === subscribing) live.delete(channel) // the next subscriber tries again
+            }).pipe(
+              Effect.zipRight(Effect.logWarning("NotificationBus: subscribing failed")),
+              Effect.annotateLogs({ error: e.message })
+            )
+          ),
+          Effect.ignore,
+          Effect.annotateLogs({ project_id: projectId })
+        )
+        return stream
+      })
+    })
+  }).pipe(Effect.orDie)
+)
+
+/** Redis when REDIS_URL is configured, the in-process bus otherwise. */
+export const layerFromEnv: Layer.Layer<NotificationBus, never, Redis> = Layer.unwrapEffect(
+  Effect.map(Redis, ({ client }) => Option.isSome(client) ? layerRedis : layerMemory)
+)

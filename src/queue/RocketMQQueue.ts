@@ -1,0 +1,233 @@
+import {
+  Array as Arr,
+  Config,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Schedule,
+  Schema,
+  type Scope
+} from "effect"
+import { Writable } from "node:stream"
+import { type ILogger, type MessageView, Producer, SimpleConsumer } from "rocketmq-client-nodejs"
+import { type Delivery, EventQueue, type OutgoingMessage, QueueUnavailable } from "./EventQueue.js"
+
+export interface RocketMQOptions {
+  /** The proxy's gRPC endpoints, e.g. "127.0.0.1:8081". */
+  readonly endpoints: string
+  /** A FIFO topic; each consumer group must exist and be orderly (scripts/rocketmq.sh creates both). */
+  readonly topic: string
+  /** How long a received message stays hidden while its handler runs (default 60 s). */
+  readonly invisibleDuration?: Duration.DurationInput
+  /** How soon a failed delivery, and its group's later messages, come back (default 1 s). */
+  readonly retryDelay?: Duration.DurationInput
+}
+
+type Client = Producer | SimpleConsumer
+
+const Envelope = Schema.Struct({
+  key: Schema.String,
+  eventId: Schema.NonEmptyString,
+  body: Schema.String,
+  attempt: Schema.Int.pipe(Schema.positive())
+})
+const decodeDelivery = Schema.decodeUnknownEither(Envelope)
+
+const unavailable = (what: string, cause?: unknown) =>
+  new QueueUnavailable({ message: cause === undefined ? what : `${what}: ${String(cause)}` })
+
+/**
+ * shutdown() first tells the proxy; while the proxy is down that rejects (or hangs) before the client closes its
+ * channels, and its telemetry stream keeps reconnecting every second, which keeps Node alive. So: stop those
+ * reconnects, and if shutdown fails, forget the routes (nothing to tell) and shut down again to close everything.
+ */
+const shutdown = (client: Client) =>
+  Effect.gen(function*() {
+    Object.assign(client, {
+      createTelemetryStream: () => new Writable({ objectMode: true, write: (_c, _e, cb) => cb() })
+    })
+    const once = Effect.tryPromise(() => client.shutdown()).pipe(Effect.timeout("3 seconds"), Effect.exit)
+    if (Exit.isFailure(yield* once)) {
+      ;(client as unknown as { readonly topicRouteCache: Map<string, unknown> }).topicRouteCache.clear()
+      yield* once
+    }
+  })
+
+/** One start: a failed or abandoned client is shut down, or its timers keep Node alive. */
+const startOnce = <C extends Client>(make: () => C) =>
+  Effect.suspend(() => {
+    const client = make()
+    const started = client.startup()
+    return Effect.tryPromise({ try: () => started, catch: (cause) => cause }).pipe(
+      // startup waits forever for the proxy's settings if they never come
+      Effect.timeout("15 seconds"),
+      Effect.as(client),
+      Effect.onError(() => {
+        started.then(() => client.shutdown(), () => undefined).catch(() => undefined)
+        return shutdown(client)
+      })
+    )
+  })
+
+/** Starts a client, retrying in the background until RocketMQ answers; shut down when the scope closes. */
+const start = <C extends Client>(what: string, make: () => C): Effect.Effect<C, never, Scope.Scope> =>
+  Effect.uninterruptibleMask((restore) =>
+    restore(
+      startOnce(make).pipe(
+        Effect.tapError((cause) => Effect.logWarning(`RocketMQ ${what} not started, retrying: ${String(cause)}`)),
+        Effect.retry(Schedule.exponential("500 millis").pipe(Schedule.either(Schedule.spaced("5 seconds")))),
+        Effect.orDie // the schedule never ends
+      )
+    ).pipe(Effect.tap((client) => Effect.addFinalizer(() => shutdown(client))))
+  )
+
+/** Items by group, each group in its original order. */
+const groupsOf = <A>(items: ReadonlyArray<A>, groupOf: (a: A) => string) => Object.values(Arr.groupBy(items, groupOf))
+
+/** The event queue on a RocketMQ 5 proxy: FIFO messages (message group = `group`), orderly SimpleConsumers. */
+export const makeRocketMQQueue = (
+  options: RocketMQOptions
+): Effect.Effect<Context.Tag.Service<EventQueue>, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { endpoints, topic } = options
+    const invisibleMs = Duration.toMillis(options.invisibleDuration ?? "60 seconds")
+    const retryMs = Duration.toMillis(options.retryDelay ?? "1 second")
+    // the default logger writes to ~/logs/rocketmq, an error a second during an outage; failures are logged here
+    const logger: ILogger = { info: () => {}, warn: () => {}, error: () => {} }
+    const client = { endpoints, namespace: "", logger }
+
+    const producer = yield* Deferred.make<Producer>()
+    yield* start("producer", () => new Producer({ ...client, topics: [topic] })).pipe(
+      Effect.flatMap((p) => Deferred.succeed(producer, p)),
+      Effect.zipRight(Effect.never),
+      Effect.scoped,
+      Effect.forkScoped
+    )
+
+    const send = (p: Producer, m: OutgoingMessage) =>
+      Effect.tryPromise({
+        try: () =>
+          p.send({
+            topic,
+            body: Buffer.from(m.body),
+            keys: [m.key],
+            messageGroup: m.group,
+            properties: new Map([["eventId", m.eventId]])
+          }),
+        catch: (cause) => unavailable("RocketMQ send failed", cause)
+      }).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => unavailable("RocketMQ send timed out") }))
+
+    const publish = Effect.fn("RocketMQQueue.publish")(function*(messages: ReadonlyArray<OutgoingMessage>) {
+      if (!(yield* Deferred.isDone(producer))) return yield* Effect.fail(unavailable("RocketMQ is not connected yet"))
+      const p = yield* Deferred.await(producer)
+      // one group's messages in order; groups side by side
+      yield* Effect.forEach(groupsOf(messages, (m) => m.group), (group) => Effect.forEach(group, (m) => send(p, m)), {
+        concurrency: 16,
+        discard: true
+      })
+    })
+
+    const consume = <E>(group: string, handle: (delivery: Delivery) => Effect.Effect<void, E>) =>
+      Effect.gen(function*() {
+        const consumer = yield* start(
+          `consumer ${group}`,
+          () =>
+            new SimpleConsumer({
+              ...client,
+              consumerGroup: group,
+              awaitDuration: 5000,
+              subscriptions: new Map([[topic, "*"]])
+            })
+        )
+        const ack = (m: MessageView) =>
+          Effect.tryPromise(() => consumer.ack(m)).pipe(
+            Effect.catchAll((e) => Effect.logWarning(`RocketMQ ack failed (redelivered later): ${String(e)}`))
+          )
+        // back soon instead of after the invisible duration; the orderly queue stays locked until then
+        const retryLater = (m: MessageView) =>
+          Effect.tryPromise(() => consumer.changeInvisibleDuration(m, retryMs)).pipe(Effect.ignore)
+
+        // receive's long poll cannot be cancelled: on interruption wait for it and hand its messages back
+        const receive = Effect.async<ReadonlyArray<MessageView>, unknown>((resume) => {
+          const received = consumer.receive(32, invisibleMs)
+          received.then((ms) => resume(Effect.succeed(ms)), (e) => resume(Effect.fail(e)))
+          return Effect.promise(() =>
+            received.then((ms) => Promise.all(ms.map((m) => consumer.changeInvisibleDuration(m, retryMs))), () => [])
+              .catch(() => [])
+          )
+        })
+
+        // The broker's attempt count restarts at 1 when a redelivered batch differs from the first one (new messages
+        // behind it), so the last failed attempt is also kept here (by message id, bounded) and the larger count wins.
+        const failures = new Map<string, number>()
+
+        // true when acked; false when it failed (then it and the rest of its group come back)
+        const deliver = (m: MessageView) =>
+          Effect.gen(function*() {
+            const decoded = decodeDelivery({
+              key: m.keys[0] ?? "",
+              eventId: m.properties.get("eventId") ?? "",
+              body: m.body.toString("utf8"),
+              attempt: Math.max(m.deliveryAttempt ?? 1, (failures.get(m.messageId) ?? 0) + 1)
+            })
+            if (decoded._tag === "Left") {
+              yield* Effect.logError(`RocketMQ message ${m.messageId} has no event id: dropped`)
+              return yield* ack(m).pipe(Effect.as(true))
+            }
+            const d = decoded.right
+            const exit = yield* Effect.exit(handle(d))
+            if (Exit.isSuccess(exit)) {
+              failures.delete(m.messageId)
+              return yield* ack(m).pipe(Effect.as(true))
+            }
+            failures.set(m.messageId, d.attempt)
+            if (failures.size > 10_000) failures.delete(failures.keys().next().value!)
+            yield* Effect.logWarning("event handler failed; redelivering", exit.cause).pipe(
+              Effect.annotateLogs({ event_id: d.eventId, task_id: d.key, attempt: d.attempt, group })
+            )
+            return false
+          })
+
+        const handleBatch = (messages: ReadonlyArray<MessageView>) => {
+          const pending = new Set(messages)
+          const inOrder = (ms: ReadonlyArray<MessageView>) =>
+            Effect.gen(function*() {
+              for (const [i, m] of ms.entries()) {
+                const ok = yield* deliver(m)
+                pending.delete(m)
+                if (!ok) {
+                  for (const later of ms.slice(i + 1)) pending.delete(later)
+                  return yield* Effect.forEach(ms.slice(i), retryLater, { concurrency: "unbounded", discard: true })
+                }
+              }
+            })
+          return Effect.forEach(groupsOf(messages, (m) => m.messageGroup ?? m.messageId), inOrder, {
+            concurrency: "unbounded",
+            discard: true
+          }).pipe(Effect.onInterrupt(() => Effect.forEach(pending, retryLater, { discard: true })))
+        }
+
+        yield* receive.pipe(
+          Effect.tapError((e) => Effect.logWarning(`RocketMQ receive failed (${group}): ${String(e)}`)),
+          Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.either(Schedule.spaced("5 seconds")))),
+          Effect.orDie, // the schedule never ends
+          Effect.flatMap(handleBatch),
+          Effect.forever
+        )
+      }).pipe(Effect.scoped, Effect.forkScoped, Effect.asVoid)
+
+    return EventQueue.of({ publish, consume })
+  })
+
+/** RocketMQ from ROCKETMQ_ENDPOINTS and ROCKETMQ_TOPIC; it starts (and publish fails) while RocketMQ is down. */
+export const layerRocketMQ: Layer.Layer<EventQueue> = Layer.scoped(
+  EventQueue,
+  Effect.gen(function*() {
+    const endpoints = yield* Config.string("ROCKETMQ_ENDPOINTS")
+    const topic = yield* Config.string("ROCKETMQ_TOPIC").pipe(Config.withDefault("task-events"))
+    return yield* makeRocketMQQueue({ endpoints, topic })
+  }).pipe(Effect.orDie)
+)

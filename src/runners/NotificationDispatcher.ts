@@ -1,0 +1,74 @@
+import { SqlClient } from "@effect/sql"
+import { Config, Effect, Either, Layer, ParseResult, Schema } from "effect"
+import { NotificationBus } from "../bus/NotificationBus.js"
+import { type Delivery, EventQueue } from "../queue/EventQueue.js"
+import { DomainEvent, type LiveTaskEvent } from "../schema/events.js"
+
+const decodeEvent = Schema.decodeUnknownEither(Schema.parseJson(DomainEvent))
+
+/** The browser-safe notification of a domain event: what gateways receive on the project's channel. */
+export const liveEventOf = (e: DomainEvent): LiveTaskEvent => ({
+  cursor: e.cursor.toString(),
+  event_type: e.event_type,
+  payload: {
+    task_id: e.aggregate_id,
+    task_version: e.aggregate_version,
+    status: e.status,
+    stage: e.stage,
+    progress: e.progress,
+    asset_id: e.asset_id,
+    error_code: e.error_code
+  }
+})
+
+/**
+ * The notification dispatcher (seed 12.4 step 10): a consumer of the event queue's group
+ * DISPATCHER_GROUP on every runner. Each domain event is decoded, de-duplicated by (task id, version) — one task's
+ * events arrive in order, so anything at or below the last version published for that task is a redelivery —
+ * published as a LiveTaskEvent to the project's bus channel, and acked only after the publish. A publish that
+ * keeps failing (DISPATCH_MAX_ATTEMPTS) and an unreadable message go to notification_dead_letters, to list and
+ * replay (npm run dead-letters); either way no fact is lost: gateways re-read PostgreSQL by cursor.
+ */
+export const NotificationDispatcherLive = Layer.scopedDiscard(Effect.gen(function*() {
+  if (!(yield* Config.boolean("NOTIFICATION_DISPATCHER_ENABLED").pipe(Config.withDefault(true)))) return
+  const sql = yield* SqlClient.SqlClient
+  const queue = yield* EventQueue
+  const bus = yield* NotificationBus
+  const group = yield* Config.string("DISPATCHER_GROUP").pipe(Config.withDefault("notification-dispatcher"))
+  const maxAttempts = yield* Config.integer("DISPATCH_MAX_ATTEMPTS").pipe(Config.withDefault(10))
+  const remembered = yield* Config.integer("DISPATCH_DEDUP_TASKS").pipe(Config.withDefault(100_000))
+  // highest version published per task, least recently used first (a Map keeps insertion order)
+  const published = new Map<string, number>()
+
+  const deadLetter = (d: Delivery, taskId: string, error: string) =>
+    Effect.zipRight(
+      Effect.logError("notification sent to the dead letters").pipe(
+        Effect.annotateLogs({ event_id: d.eventId, task_id: taskId, error })
+      ),
+      sql`
+        INSERT INTO notification_dead_letters (event_id, task_id, body, error, attempts)
+        VALUES (${d.eventId}, ${taskId}, ${d.body}, ${error}, ${d.attempt})
+        ON CONFLICT (event_id) DO NOTHING`
+    )
+
+  const dispatch = (d: Delivery) =>
+    Effect.gen(function*() {
+      const decoded = decodeEvent(d.body)
+      if (Either.isLeft(decoded)) {
+        return yield* deadLetter(d, d.key, `unreadable: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`)
+      }
+      const e = decoded.right
+      const last = published.get(e.aggregate_id)
+      if (last !== undefined && e.aggregate_version <= last) return
+      const sent = yield* bus.publish(e.project_id, JSON.stringify(liveEventOf(e))).pipe(Effect.either)
+      if (Either.isLeft(sent)) {
+        if (d.attempt >= maxAttempts) return yield* deadLetter(d, e.aggregate_id, sent.left.message)
+        return yield* Effect.fail(sent.left)
+      }
+      published.delete(e.aggregate_id)
+      published.set(e.aggregate_id, e.aggregate_version)
+      if (published.size > remembered) published.delete(published.keys().next().value!)
+    }).pipe(Effect.withSpan("NotificationDispatcher.dispatch"))
+
+  yield* queue.consume(group, dispatch)
+}))

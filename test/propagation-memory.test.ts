@@ -1,0 +1,67 @@
+import { SqlClient } from "@effect/sql"
+import { describe, expect, layer } from "@effect/vitest"
+import { Cause, Duration, Effect, Exit, Layer } from "effect"
+import * as Bus from "../src/bus/NotificationBus.js"
+import { layerMemory as queueMemory } from "../src/queue/MemoryQueue.js"
+import { layerPropagationWith } from "../src/runners/Propagation.js"
+import { AdmissionsThrottled } from "../src/schema/errors.js"
+import { layerTestDatabase, noDatabase } from "./support/database.js"
+import { listen, taskWithHistory, until, versionsByTask } from "./support/propagation.js"
+import { layerTestRunner, quietLogs } from "./support/runner.js"
+import { admitTask, uuid } from "./support/tasks.js"
+import { eventually } from "./support/webhooks.js"
+
+// a low watermark, so the backpressure test can reach it
+Object.assign(process.env, { OUTBOX_BACKLOG_WATERMARK: "10", OUTBOX_SWEEP_INTERVAL: "10 minutes" })
+
+// one bus instance, shared by the dispatcher and the test's subscriber (layers are memoized by reference)
+const bus = Bus.layerMemory
+const TestLayer = Layer.merge(
+  layerTestRunner(layerTestDatabase(), { propagation: layerPropagationWith(queueMemory, bus) }),
+  bus
+).pipe(Layer.provide(quietLogs))
+
+describe.skipIf(noDatabase)("event propagation on the in-process queue and bus (npm start on a bare machine)", () => {
+  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+    it.effect("every committed event reaches the project's subscribers in order per task, woken by NOTIFY", () =>
+      Effect.gen(function*() {
+        const projectId = uuid()
+        const seen = yield* listen(yield* Bus.NotificationBus, projectId)
+        // the relay singleton starts once the runner holds its shard, and LISTENs from then on
+        yield* Effect.sleep(Duration.seconds(3))
+        const started = Date.now()
+        const ids = yield* Effect.forEach(Array.from({ length: 5 }), () => taskWithHistory(projectId), {
+          concurrency: 5
+        })
+        // the sweep is 10 minutes away: only the outbox trigger's NOTIFY can have woken the relay
+        yield* until("20 events", () => seen.seen.length >= 20, Duration.seconds(10))
+        expect(Date.now() - started).toBeLessThan(10_000)
+        for (const id of ids) expect(versionsByTask(seen.seen).get(id)).toEqual([1, 2, 3, 4])
+        // nothing for other projects, nothing published twice, and every row marked
+        expect(new Set(seen.seen.map((e) => e.cursor)).size).toBe(seen.seen.length)
+        const sql = yield* SqlClient.SqlClient
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_events WHERE published_at IS NULL`,
+          ([r]) => r!.n === 0
+        )
+      }).pipe(Effect.scoped))
+
+    it.effect("past the outbox backlog watermark, new tasks are refused until the backlog drains", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        // as if the queue were down: 20 rows nobody publishes (the relay has published everything before)
+        yield* sql`UPDATE outbox_events SET published_at = NULL
+                   WHERE id IN (SELECT id FROM outbox_events ORDER BY id LIMIT 20)`
+        yield* Effect.sleep(Duration.millis(1100)) // the admission's view of the backlog is cached for 1 s
+        const refused = yield* Effect.exit(admitTask())
+        expect(Exit.isFailure(refused) && Cause.squash(refused.cause)).toBeInstanceOf(AdmissionsThrottled)
+        yield* sql`SELECT pg_notify('outbox_events', 'test')`
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_events WHERE published_at IS NULL`,
+          ([r]) => r!.n === 0
+        )
+        yield* Effect.sleep(Duration.millis(1100))
+        yield* admitTask()
+      }))
+  })
+})
