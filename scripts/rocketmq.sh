@@ -2,7 +2,7 @@
 # A real RocketMQ 5 on 127.0.0.1 without containers: a NameServer (9876) and a Proxy in Local mode, which embeds the
 # broker (gRPC 8081). Jars come from Maven Central into a cache; the store lives on /dev/shm (tmpfs) because the broker
 # refuses writes above 90 % disk use of the store's partition, and survives `down`/`up` (an outage keeps messages).
-#   scripts/rocketmq.sh up | down | status | topic NAME [GROUP...]
+#   scripts/rocketmq.sh up | down | status | topic NAME [GROUP...] (a FIFO topic, orderly groups) | drop NAME [GROUP...]
 set -euo pipefail
 
 VERSION=5.3.3
@@ -11,6 +11,7 @@ LIB=$DIR/lib
 DATA=$DIR/data
 STORE=${ROCKETMQ_STORE:-/dev/shm/task-control-plane-rocketmq-$VERSION}
 NAMESRV=127.0.0.1:9876
+BROKER=127.0.0.1:10911
 TOPIC=${ROCKETMQ_TOPIC:-task-events}
 GROUPS_=${ROCKETMQ_GROUPS:-notification-dispatcher}
 # JDK 17 closes the JDK internals that RocketMQ's mmap'd store and netty reach into.
@@ -58,7 +59,7 @@ flushDiskType=ASYNC_FLUSH
 brokerIP1=127.0.0.1
 bindAddress=127.0.0.1
 namesrvAddr=$NAMESRV
-listenPort=10911
+listenPort=${BROKER#*:}
 storePathRootDir=$STORE
 storePathCommitLog=$STORE/commitlog
 mappedFileSizeCommitLog=67108864
@@ -99,78 +100,124 @@ java_run() { # name heap main-class args...
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# MQAdminStartup's JVM lingers ~3 s after its work (netty's graceful shutdown), so the commands run in one JVM that
-# exits right away: `admin cmd args... ";" cmd args...` (the name server is appended to each command).
-admin() {
-  local dir=$DIR/admin
-  if [ ! -f "$dir/Admin.class" ]; then
-    mkdir -p "$dir"
-    cat >"$dir/Admin.java" <<'JAVA'
-import java.util.ArrayList;
-import java.util.List;
-import org.apache.rocketmq.tools.command.MQAdminStartup;
+ports_free() { # ports...: a RocketMQ of another ROCKETMQ_DIR (or anything else) must not answer in our place
+  for port in "$@"; do
+    ! port_open "$port" || die "port $port is taken by another process (ss -ltnp | grep $port)"
+  done
+}
+
+listening() { # name class port: its own process listens (a JVM that died, e.g. on a taken port, fails at once)
+  running "$1" "$2" >/dev/null || die "$1 exited; $DATA/logs/$1.out ends with:
+$(tail -n 20 "$DATA/logs/$1.out")"
+  port_open "$3"
+}
+
+# `admin registered` (exit 0 once the name server lists the broker), `admin create|register|drop TOPIC GROUP...`.
+# One client and System.exit: MQAdminStartup shuts its client down after every command, up to 3 s (netty threads).
+ADMIN_JAVA=$(cat <<'JAVA'
+import java.util.*;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 public class Admin {
   public static void main(String[] args) {
-    List<String> cmd = new ArrayList<>();
-    for (String a : args) {
-      if (a.equals(";")) { run(cmd); cmd.clear(); } else cmd.add(a);
+    try {
+      DefaultMQAdminExt admin = new DefaultMQAdminExt(5000);
+      admin.setNamesrvAddr(System.getProperty("namesrv"));
+      admin.start();
+      String broker = System.getProperty("broker");
+      List<String> a = new ArrayList<>(List.of(args));
+      String mode = a.remove(0);
+      if (mode.equals("registered")) {
+        System.exit(admin.examineBrokerClusterInfo().getBrokerAddrTable().containsKey("broker-a") ? 0 : 1);
+      }
+      if (mode.equals("drop")) {
+        for (String name : a.subList(1, a.size())) admin.deleteSubscriptionGroup(broker, name, true);
+        admin.deleteTopicInBroker(Set.of(broker), a.get(0));
+        admin.deleteTopicInNameServer(Set.of(System.getProperty("namesrv")), a.get(0));
+        System.exit(0);
+      }
+      if (mode.equals("register")) {
+        Properties p = new Properties();
+        p.setProperty("brokerPermission", "6");
+        admin.updateBrokerConfig(broker, p);
+      }
+      TopicConfig topic = new TopicConfig(a.get(0), 8, 8);
+      topic.setAttributes(new HashMap<>(Map.of("+message.type", "FIFO")));
+      admin.createAndUpdateTopicConfig(broker, topic);
+      for (String name : a.subList(1, a.size())) {
+        SubscriptionGroupConfig group = new SubscriptionGroupConfig();
+        group.setGroupName(name);
+        group.setConsumeMessageOrderly(true);
+        admin.createAndUpdateSubscriptionGroupConfig(broker, group);
+      }
+      System.exit(0);
+    } catch (Throwable e) {
+      e.printStackTrace();
+      System.exit(1);
     }
-    run(cmd);
-    System.exit(0);
-  }
-  static void run(List<String> cmd) {
-    if (cmd.isEmpty()) return;
-    cmd.add("-n");
-    cmd.add(System.getProperty("namesrv"));
-    MQAdminStartup.main0(cmd.toArray(new String[0]), null);
   }
 }
 JAVA
-    javac -nowarn -cp "$LIB/*" -d "$dir" "$dir/Admin.java" || die "cannot compile the admin helper"
+)
+admin() {
+  local dir=$DIR/admin
+  if [ ! -f "$dir/Admin.class" ] || [ "$(cat "$dir/Admin.java" 2>/dev/null)" != "$ADMIN_JAVA" ]; then
+    # compiled aside and moved in: tests may call `topic` in parallel
+    mkdir -p "$dir/$$"
+    echo "$ADMIN_JAVA" >"$dir/$$/Admin.java"
+    javac -nowarn -cp "$LIB/*" -d "$dir/$$" "$dir/$$/Admin.java" || die "cannot compile the admin helper"
+    mv -f "$dir/$$/Admin.class" "$dir/Admin.class" && mv -f "$dir/$$/Admin.java" "$dir/Admin.java"
+    rm -rf "${dir:?}/$$"
   fi
   ROCKETMQ_HOME=$DATA java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Duser.home="$DATA" \
-    -Drocketmq.home.dir="$DATA" -Dnamesrv="$NAMESRV" -cp "$dir:$LIB/*" Admin "$@" 2>&1
+    -Drocketmq.home.dir="$DATA" -Dnamesrv="$NAMESRV" -Dbroker="$BROKER" -cp "$dir:$LIB/*" Admin "$@" 2>&1
 }
 
 wait_until() { # seconds description command...
   local limit=$1 what=$2 deadline
   shift 2
   deadline=$((SECONDS + limit))
-  until "$@" >/dev/null 2>&1; do
+  until "$@"; do
     [ $SECONDS -lt $deadline ] || die "$what not ready after ${limit}s (logs in $DATA/logs)"
     sleep 0.5
   done
 }
 
-registered() { admin clusterList | grep -q broker-a; }
+registered() { admin registered >/dev/null; }
 
-ensure_topic() { # topic groups...
-  local topic=$1 args out
-  shift
-  args=(updateTopic -c DefaultCluster -t "$topic" -r 8 -w 8 -a +message.type=FIFO)
-  for group in "$@"; do args+=(";" updateSubGroup -c DefaultCluster -g "$group" -o true); done
-  out=$(admin "${args[@]}")
-  # MQAdminStartup prints a failure and carries on: count the successes.
-  [ "$(grep -c ' success' <<<"$out")" -eq $(($# + 1)) ] || die "creating topic $topic / groups $*: $out"
-  log "topic $topic (FIFO) with orderly groups: $*"
+topics() { # create|register|drop topic groups... (straight to the broker: the name server may not list it yet)
+  local out
+  for _ in 1 2 3; do
+    if out=$(admin "$@"); then
+      if [ "$1" = drop ]; then log "dropped topic $2 and groups: ${*:3}"; else log "topic $2 (FIFO), orderly groups: ${*:3}"; fi
+      return 0
+    fi
+    sleep 1
+  done
+  die "$1 topic / groups ${*:2}: $out"
 }
 
 up() {
   fetch
   configure
   if ! running namesrv NamesrvStartup >/dev/null; then
+    ports_free 9876
     java_run namesrv 128m org.apache.rocketmq.namesrv.NamesrvStartup -c "$DATA/conf/namesrv.conf"
-    wait_until 60 "NameServer" port_open 9876
+    wait_until 60 "NameServer" listening namesrv NamesrvStartup 9876
   fi
   if ! running proxy ProxyStartup >/dev/null; then
+    ports_free 8081 8080 "${BROKER#*:}"
     java_run proxy 384m org.apache.rocketmq.proxy.ProxyStartup -pm Local -pc "$DATA/conf/rmq-proxy.json" \
       -bc "$DATA/conf/broker.conf" -n "$NAMESRV"
-    wait_until 120 "Proxy gRPC port 8081" port_open 8081
+    wait_until 120 "Proxy gRPC port 8081" listening proxy ProxyStartup 8081
     log "proxy listening after ${SECONDS}s"
   fi
+  # register: a full registration with the name server now; the broker's own may come 10 s after its start, and
+  # until then the name server refuses its topics ("has not registered"). The groups are a space-separated list.
+  # shellcheck disable=SC2086
+  topics register "$TOPIC" $GROUPS_
   wait_until 60 "broker registration" registered
-  # shellcheck disable=SC2086 # the groups are a space-separated list
-  ensure_topic "$TOPIC" $GROUPS_
   log "up in ${SECONDS}s: namesrv $NAMESRV, proxy gRPC 127.0.0.1:8081, store $STORE, logs $DATA/logs"
 }
 
@@ -211,11 +258,10 @@ case "${1:-}" in
     log "down in ${SECONDS}s"
     ;;
   status) status ;;
-  topic)
-    [ $# -ge 2 ] || die "usage: $0 topic NAME [GROUP...]"
+  topic | drop)
+    [ $# -ge 2 ] || die "usage: $0 $1 NAME [GROUP...]"
     status >/dev/null || die "not running: run '$0 up' first"
-    shift
-    ensure_topic "$@"
+    topics "$([ "$1" = topic ] && echo create || echo drop)" "${@:2}"
     ;;
-  *) die "usage: $0 up|down|status|topic NAME [GROUP...]" ;;
+  *) die "usage: $0 up|down|status|topic NAME [GROUP...]|drop NAME [GROUP...]" ;;
 esac

@@ -10,6 +10,7 @@ import { makeTestDatabaseUrl, noDatabase } from "./support/database.js"
 import { listen, type RunnerServices, taskWithHistory, until, versionsByTask } from "./support/propagation.js"
 import { startScopedRunner } from "./support/runner.js"
 import { uuid } from "./support/tasks.js"
+import "./support/rocketmqQueueCases.js"
 import { startTcpProxy } from "./support/tcpProxy.js"
 
 /**

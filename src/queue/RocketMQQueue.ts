@@ -24,6 +24,8 @@ export interface RocketMQOptions {
   readonly invisibleDuration?: Duration.DurationInput
   /** How soon a failed delivery, and its group's later messages, come back (default 1 s). */
   readonly retryDelay?: Duration.DurationInput
+  /** Receives in flight per consumer group (default 4). */
+  readonly receivers?: number
 }
 
 type Client = Producer | SimpleConsumer
@@ -95,6 +97,7 @@ export const makeRocketMQQueue = (
     const { endpoints, topic } = options
     const invisibleMs = Duration.toMillis(options.invisibleDuration ?? "60 seconds")
     const retryMs = Duration.toMillis(options.retryDelay ?? "1 second")
+    const receivers = options.receivers ?? 4
     // the default logger writes to ~/logs/rocketmq, an error a second during an outage; failures are logged here
     const logger: ILogger = { info: () => {}, warn: () => {}, error: () => {} }
     const client = { endpoints, namespace: "", logger }
@@ -210,13 +213,16 @@ export const makeRocketMQQueue = (
           }).pipe(Effect.onInterrupt(() => Effect.forEach(pending, retryLater, { discard: true })))
         }
 
-        yield* receive.pipe(
+        const loop = receive.pipe(
           Effect.tapError((e) => Effect.logWarning(`RocketMQ receive failed (${group}): ${String(e)}`)),
           Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.either(Schedule.spaced("5 seconds")))),
           Effect.orDie, // the schedule never ends
           Effect.flatMap(handleBatch),
           Effect.forever
         )
+        // several receives in flight: a receive returns at most one pending message per message group (FIFO), and
+        // the broker never hands out a group's next message before the previous one is acked, so order holds
+        yield* Effect.all(Array.from({ length: receivers }, () => loop), { concurrency: "unbounded", discard: true })
       }).pipe(Effect.scoped, Effect.forkScoped, Effect.asVoid)
 
     return EventQueue.of({ publish, consume })
@@ -228,6 +234,7 @@ export const layerRocketMQ: Layer.Layer<EventQueue> = Layer.scoped(
   Effect.gen(function*() {
     const endpoints = yield* Config.string("ROCKETMQ_ENDPOINTS")
     const topic = yield* Config.string("ROCKETMQ_TOPIC").pipe(Config.withDefault("task-events"))
-    return yield* makeRocketMQQueue({ endpoints, topic })
+    const receivers = yield* Config.integer("ROCKETMQ_RECEIVERS").pipe(Config.withDefault(4))
+    return yield* makeRocketMQQueue({ endpoints, topic, receivers })
   }).pipe(Effect.orDie)
 )

@@ -1,9 +1,13 @@
+/**
+ * The RocketMQ adapter's own cases. Imported by test/propagation.test.ts, so that they run in the same file (one
+ * worker, in order) as the test that stops the broker: test files run in parallel.
+ */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Logger, LogLevel, Schedule } from "effect"
 import { execFile } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { type Delivery, type EventQueue, type OutgoingMessage, QueueUnavailable } from "../src/queue/EventQueue.js"
-import { makeRocketMQQueue } from "../src/queue/RocketMQQueue.js"
+import { type Delivery, type EventQueue, type OutgoingMessage, QueueUnavailable } from "../../src/queue/EventQueue.js"
+import { makeRocketMQQueue } from "../../src/queue/RocketMQQueue.js"
 
 /** Like DATABASE_URL: without ROCKETMQ_ENDPOINTS the tests are skipped locally, and must not be in CI. */
 const endpoints = process.env.ROCKETMQ_ENDPOINTS
@@ -11,23 +15,24 @@ if (endpoints === undefined && process.env.CI === "true") {
   throw new Error("CI=true but ROCKETMQ_ENDPOINTS is unset: RocketMQ tests must not be skipped in CI")
 }
 
-const script = fileURLToPath(new URL("../scripts/rocketmq.sh", import.meta.url))
+const script = fileURLToPath(new URL("../../scripts/rocketmq.sh", import.meta.url))
 const unique = () => `test-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`
 
-/** A FIFO topic and orderly consumer group of the test's own (the client needs both to exist). */
-const makeTopic = Effect.gen(function*() {
-  const topic = unique()
-  const group = `${topic}-consumer`
-  yield* Effect.async<void, Error>((resume) => {
-    execFile(
-      script,
-      ["topic", topic, group],
-      (error, _stdout, stderr) =>
-        resume(error === null ? Effect.void : Effect.fail(new Error(`rocketmq.sh topic: ${stderr}`)))
-    )
+const rocketmqSh = (...args: ReadonlyArray<string>) =>
+  Effect.async<void, Error>((resume) => {
+    execFile(script, args, (error, _stdout, stderr) =>
+      resume(error === null ? Effect.void : Effect.fail(new Error(`rocketmq.sh ${args.join(" ")}: ${stderr}`))))
   })
-  return { topic, group }
-})
+
+/** A FIFO topic and orderly consumer group of the test's own (the client needs both to exist), dropped afterwards. */
+const makeTopic = Effect.acquireRelease(
+  Effect.suspend(() => {
+    const topic = unique()
+    const group = `${topic}-consumer`
+    return rocketmqSh("topic", topic, group).pipe(Effect.as({ topic, group }))
+  }),
+  ({ group, topic }) => Effect.orDie(rocketmqSh("drop", topic, group))
+)
 
 const queueOn = (topic: string) =>
   makeRocketMQQueue({ endpoints: endpoints!, topic }).pipe(Effect.provide(Logger.minimumLogLevel(LogLevel.Error)))
