@@ -142,7 +142,8 @@ public class Admin {
         p.setProperty("brokerPermission", "6");
         admin.updateBrokerConfig(broker, p);
       }
-      TopicConfig topic = new TopicConfig(a.get(0), 8, 8);
+      int queues = Integer.getInteger("queues", 8);
+      TopicConfig topic = new TopicConfig(a.get(0), queues, queues);
       topic.setAttributes(new HashMap<>(Map.of("+message.type", "FIFO")));
       admin.createAndUpdateTopicConfig(broker, topic);
       for (String name : a.subList(1, a.size())) {
@@ -171,7 +172,7 @@ admin() {
     rm -rf "${dir:?}/$$"
   fi
   ROCKETMQ_HOME=$DATA java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Duser.home="$DATA" \
-    -Drocketmq.home.dir="$DATA" -Dnamesrv="$NAMESRV" -Dbroker="$BROKER" -cp "$dir:$LIB/*" Admin "$@" 2>&1
+    -Drocketmq.home.dir="$DATA" -Dnamesrv="$NAMESRV" -Dbroker="$BROKER" -Dqueues="${ROCKETMQ_QUEUES:-8}" -cp "$dir:$LIB/*" Admin "$@" 2>&1
 }
 
 wait_until() { # seconds description command...

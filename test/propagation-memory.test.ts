@@ -2,7 +2,9 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Cause, Duration, Effect, Exit, Layer } from "effect"
 import * as Bus from "../src/bus/NotificationBus.js"
+import { EventQueue } from "../src/queue/EventQueue.js"
 import { layerMemory as queueMemory } from "../src/queue/MemoryQueue.js"
+import { listDeadLetters, replayDeadLetters } from "../src/runners/DeadLetters.js"
 import { layerPropagationWith } from "../src/runners/Propagation.js"
 import { AdmissionsThrottled } from "../src/schema/errors.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
@@ -14,11 +16,12 @@ import { eventually } from "./support/webhooks.js"
 // a low watermark, so the backpressure test can reach it
 Object.assign(process.env, { OUTBOX_BACKLOG_WATERMARK: "10", OUTBOX_SWEEP_INTERVAL: "10 minutes" })
 
-// one bus instance, shared by the dispatcher and the test's subscriber (layers are memoized by reference)
+// one queue and one bus, shared by the runner and the test (layers are memoized by reference)
 const bus = Bus.layerMemory
-const TestLayer = Layer.merge(
+const TestLayer = Layer.mergeAll(
   layerTestRunner(layerTestDatabase(), { propagation: layerPropagationWith(queueMemory, bus) }),
-  bus
+  bus,
+  queueMemory
 ).pipe(Layer.provide(quietLogs))
 
 describe.skipIf(noDatabase)("event propagation on the in-process queue and bus (npm start on a bare machine)", () => {
@@ -44,6 +47,31 @@ describe.skipIf(noDatabase)("event propagation on the in-process queue and bus (
           sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_events WHERE published_at IS NULL`,
           ([r]) => r!.n === 0
         )
+      }).pipe(Effect.scoped))
+
+    it.effect("a notification that cannot be delivered becomes a dead letter, listed and replayed", () =>
+      Effect.gen(function*() {
+        const queue = yield* EventQueue
+        const projectId = uuid()
+        const seen = yield* listen(yield* Bus.NotificationBus, projectId)
+        // an unreadable message: straight to the dead letters, and the queue moves on
+        yield* queue.publish([{ key: "t", group: "t", eventId: "bad-1", body: "{not json" }])
+        const sql = yield* SqlClient.SqlClient
+        const taskId = yield* taskWithHistory(projectId)
+        yield* until("the task's events", () => versionsByTask(seen.seen).get(taskId)?.length === 4)
+        const letters = yield* listDeadLetters
+        expect(letters.map((l) => [l.event_id, l.error.startsWith("unreadable")])).toEqual([["bad-1", true]])
+        // a readable event dead-lettered earlier (as after a long Redis outage) is published again by a replay
+        const [row] = yield* sql<{ payload: unknown }>`
+          SELECT payload FROM outbox_events WHERE aggregate_id = ${taskId} ORDER BY aggregate_version DESC LIMIT 1`
+        yield* sql`INSERT INTO notification_dead_letters (event_id, task_id, body, error, attempts)
+                   VALUES ('late-1', ${taskId}, ${JSON.stringify(row!.payload)}, 'bus unavailable', 10)`
+        const before = seen.seen.length
+        const replayed = yield* replayDeadLetters((yield* listDeadLetters).find((l) => l.event_id === "late-1")!.id)
+        expect(replayed).toBe(1)
+        yield* until("the replayed event", () => seen.seen.length === before + 1)
+        expect(seen.seen.at(-1)!.payload).toMatchObject({ task_id: taskId, task_version: 4 })
+        expect((yield* listDeadLetters).map((l) => l.event_id)).toEqual(["bad-1"])
       }).pipe(Effect.scoped))
 
     it.effect("past the outbox backlog watermark, new tasks are refused until the backlog drains", () =>
