@@ -46,6 +46,7 @@ beforeAll(async () => {
 }, 300_000)
 afterAll(async () => {
   await redisProxy?.close()
+  if (!skip) rocketmq("drop", topic, group)
 })
 
 /** Everything Redis-side goes through a proxy, so a test can cut Redis off (as a restart would) without stopping it. */
