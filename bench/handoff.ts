@@ -7,11 +7,11 @@
  *   BENCH_TASKS (60)  DATABASE_URL (admin URL)
  */
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
-import * as net from "node:net"
+import type { ChildProcess } from "node:child_process"
 import pg from "pg"
 import { TokenSigner } from "../src/http/Auth.js"
 import type { TenantId, UserId } from "../src/schema/ids.js"
+import { sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 60)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
@@ -19,46 +19,10 @@ const SECRET = "handoff-bench-secret-0123456789abcdef"
 const tenant = crypto.randomUUID() as TenantId
 const project = crypto.randomUUID()
 
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
+const startRunner = (url: string) =>
+  startRunnerProcess({ DATABASE_URL: url, AUTH_SECRET: SECRET }, { output: "ignore" })
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-const startRunner = async (url: string) => {
-  const [httpPort, runnerPort] = [await freePort(), await freePort()]
-  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
-    env: {
-      ...process.env,
-      DATABASE_URL: url,
-      HTTP_PORT: String(httpPort),
-      RUNNER_PORT: String(runnerPort),
-      AUTH_SECRET: SECRET,
-      LOG_LEVEL: "ERROR"
-    },
-    stdio: ["ignore", "ignore", "ignore"]
-  })
-  for (let i = 0; i < 240; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return { child, httpPort }
-    } catch {
-      // starting
-    }
-    await sleep(250)
-  }
-  throw new Error("runner did not start")
-}
-
-const stop = (child: ChildProcess, signal: NodeJS.Signals) =>
-  new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve()
-    child.on("exit", () => resolve())
-    child.kill(signal)
-  })
+const stop = stopProcess
 
 const main = async () => {
   process.env.AUTH_SECRET = SECRET

@@ -10,15 +10,15 @@
 import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Effect } from "effect"
-import { type ChildProcess, spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
 import { createServer } from "node:http"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
 import { devSecret } from "../src/simulator/devSecrets.js"
 import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
+import { freePort, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 10_000)
 const QPS = Number(process.env.BENCH_QPS ?? 200)
@@ -26,19 +26,6 @@ const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 120)
 const BATCHES = 4
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const percentile = (xs: ReadonlyArray<number>, p: number) => {
-  if (xs.length === 0) return NaN
-  const sorted = [...xs].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
-}
 const mib = (kib: number) => (kib / 1024).toFixed(0)
 
 /** The runner's resident memory (KiB) and CPU time (seconds) from /proc. */
@@ -61,42 +48,26 @@ const liveHeap = async (pid: number) => {
 }
 
 const startRunner = async (databaseUrl: string, simUrl: string, objects: string) => {
-  const [httpPort, runnerPort] = [await freePort(), await freePort()]
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
   const probe = ["--expose-gc", "--import", "./bench/memoryProbe.mjs"]
-  const child = spawn(process.execPath, [...nodeArgs, ...probe, "--import", "tsx", "src/runners/main.ts"], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      HTTP_PORT: String(httpPort),
-      RUNNER_PORT: String(runnerPort),
-      RUNWAY_BASE_URL: `${simUrl}/runway`,
-      RUNWAY_LOOKUP: "true",
-      // events go through the in-process queue: this bench measures polling (bench:propagation the queue)
-      ROCKETMQ_ENDPOINTS: "",
-      QUOTA_RUNWAY_QPS: String(QPS),
-      QUOTA_TENANT_QPS: String(QPS * 10),
-      QUOTA_GLOBAL_QPS: String(QPS * 10),
-      REDIS_KEY_PREFIX: `bench-${Date.now().toString(36)}:`,
-      SUBMIT_CONCURRENCY: String(TASKS * 2),
-      OBJECT_STORE_DIR: objects,
-      SWEEP_INTERVAL: "1 second",
-      SWEEP_GRACE: "1 second",
-      SWEEP_BATCH: "1000",
-      LOG_LEVEL: "ERROR",
-      MEMORY_PROBE_FILE: probeFile
-    },
-    stdio: ["ignore", "inherit", "inherit"]
-  })
-  for (let i = 0; i < 240; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return child
-    } catch {
-      // starting
-    }
-    await sleep(250)
-  }
-  throw new Error("runner did not start")
+  const { child } = await startRunnerProcess({
+    DATABASE_URL: databaseUrl,
+    RUNWAY_BASE_URL: `${simUrl}/runway`,
+    RUNWAY_LOOKUP: "true",
+    // events go through the in-process queue: this bench measures polling (bench:propagation the queue)
+    ROCKETMQ_ENDPOINTS: "",
+    QUOTA_RUNWAY_QPS: String(QPS),
+    QUOTA_TENANT_QPS: String(QPS * 10),
+    QUOTA_GLOBAL_QPS: String(QPS * 10),
+    REDIS_KEY_PREFIX: `bench-${Date.now().toString(36)}:`,
+    SUBMIT_CONCURRENCY: String(TASKS * 2),
+    OBJECT_STORE_DIR: objects,
+    SWEEP_INTERVAL: "1 second",
+    SWEEP_GRACE: "1 second",
+    SWEEP_BATCH: "1000",
+    MEMORY_PROBE_FILE: probeFile
+  }, { nodeArgs: [...nodeArgs, ...probe] })
+  return child
 }
 
 /** Admits `n` Runway tasks in one statement (task, PREPARED attempt, reserve), as the API would one by one. */
@@ -219,13 +190,7 @@ const run = (sim: Simulator, simUrl: string) =>
         } KiB`
       )
     } finally {
-      if (runner !== undefined && runner.exitCode === null) {
-        await new Promise<void>((resolve) => {
-          runner!.on("exit", () => resolve())
-          runner!.kill("SIGTERM")
-          setTimeout(() => runner!.kill("SIGKILL"), 15_000).unref()
-        })
-      }
+      if (runner !== undefined) await stopProcess(runner, "SIGTERM")
       await db.end().catch(() => undefined)
       await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
       await admin.end()

@@ -9,9 +9,9 @@
  *   DATABASE_URL  ROCKETMQ_ENDPOINTS  REDIS_URL  BENCH_SECONDS (20)  BENCH_MAX_RATE (4000)
  */
 import { Redis } from "ioredis"
-import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import * as net from "node:net"
+import { type ChildProcess, execFileSync } from "node:child_process"
 import pg from "pg"
+import { percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const endpoints = process.env.ROCKETMQ_ENDPOINTS ?? "127.0.0.1:8081"
@@ -27,46 +27,17 @@ const project = crypto.randomUUID()
 const tenant = crypto.randomUUID()
 const tasks = Array.from({ length: TASKS }, () => crypto.randomUUID())
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
-const percentile = (xs: ReadonlyArray<number>, p: number) => {
-  const sorted = [...xs].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN
-}
-
 const startRunner = async (databaseUrl: string) => {
-  const [httpPort, runnerPort] = [await freePort(), await freePort()]
-  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      HTTP_PORT: String(httpPort),
-      RUNNER_PORT: String(runnerPort),
-      ROCKETMQ_ENDPOINTS: endpoints,
-      ROCKETMQ_TOPIC: topic,
-      DISPATCHER_GROUP: group,
-      REDIS_URL: redisUrl,
-      REDIS_KEY_PREFIX: prefix,
-      INBOX_PROCESSOR_ENABLED: "false",
-      LOG_LEVEL: "ERROR"
-    },
-    stdio: ["ignore", "inherit", "inherit"]
+  const { child } = await startRunnerProcess({
+    DATABASE_URL: databaseUrl,
+    ROCKETMQ_ENDPOINTS: endpoints,
+    ROCKETMQ_TOPIC: topic,
+    DISPATCHER_GROUP: group,
+    REDIS_URL: redisUrl,
+    REDIS_KEY_PREFIX: prefix,
+    INBOX_PROCESSOR_ENABLED: "false"
   })
-  for (let i = 0; i < 240; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return child
-    } catch {
-      // starting
-    }
-    await sleep(250)
-  }
-  throw new Error("runner did not start")
+  return child
 }
 
 let seq = 0
@@ -175,13 +146,7 @@ const main = async () => {
     }
   } finally {
     sub.disconnect()
-    if (runner !== undefined && runner.exitCode === null) {
-      await new Promise<void>((resolve) => {
-        runner!.on("exit", () => resolve())
-        runner!.kill("SIGTERM")
-        setTimeout(() => runner!.kill("SIGKILL"), 15_000).unref()
-      })
-    }
+    if (runner !== undefined) await stopProcess(runner, "SIGTERM")
     await db.end().catch(() => undefined)
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
     await admin.end()

@@ -22,6 +22,7 @@ import { RunnerConfig } from "../src/runners/RunnerConfig.js"
 import type { AttemptId, TaskId } from "../src/schema/ids.js"
 import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
 import { admitTask, observation } from "../test/support/tasks.js"
+import { percentile } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -49,10 +50,6 @@ const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.suc
 const viaEcho = (t: { taskId: TaskId }, step: number) =>
   Effect.flatMap(Echo.client, (make) => make(t.taskId).Ping({ n: step })).pipe(Effect.asVoid)
 
-const percentile = (xs: ReadonlyArray<number>, p: number) => {
-  const sorted = [...xs].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0
-}
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
 const admitMany = (n: number) => Effect.forEach(Array.from({ length: n }), () => admitTask(), { concurrency: 16 })

@@ -14,6 +14,7 @@ import * as net from "node:net"
 import pg from "pg"
 import { Webhook } from "standardwebhooks"
 import { callbackToken, falSigningString } from "../src/providers/signatures.js"
+import { freePort } from "./support.js"
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15)
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64)
@@ -22,14 +23,6 @@ const OPENAI = "whsec_" + Buffer.from("bench-openai-secret-0123456789ab").toStri
 const REPLICATE = "whsec_" + Buffer.from("bench-replicate-secret-012345678").toString("base64")
 const TOKEN = "bench-callback-token-secret"
 const fal = generateKeyPairSync("ed25519")
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
 
 interface Req {
   readonly path: string

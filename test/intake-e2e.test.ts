@@ -1,46 +1,21 @@
 import { FetchHttpClient } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
-import { createServer } from "node:http"
+import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ProviderClients } from "../src/providers/ProviderClients.js"
-import { layerHttp } from "../src/runners/Runner.js"
-import { devSecret } from "../src/simulator/devSecrets.js"
-import { serveSimulator } from "../src/simulator/Simulator.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
-import { freePort, layerTestRunner, quietLogs, runnerConfig } from "./support/runner.js"
+import { freePort, layerTestRunner, quietLogs } from "./support/runner.js"
+import { layerRunnerHttp, layerSim, Sim, simulatorEnv } from "./support/simulator.js"
 import { admitTask } from "./support/tasks.js"
 
 const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
 const platform = `http://127.0.0.1:${httpPort}`
 const sim = `http://127.0.0.1:${simPort}`
 const PROVIDERS = ["openai", "replicate", "fal", "luma"] as const
-Object.assign(process.env, {
-  OPENAI_WEBHOOK_SECRET: devSecret("openai"),
-  REPLICATE_WEBHOOK_SECRET: devSecret("replicate"),
-  CALLBACK_TOKEN_SECRET: "e2e-callback-secret",
-  FAL_USER_ID: "sim-user",
-  FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
-  PUBLIC_BASE_URL: platform,
-  INBOX_SWEEP_INTERVAL: "200 millis",
-  ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
-})
+Object.assign(process.env, simulatorEnv(platform, sim, PROVIDERS))
 
-class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
-
-const SimLive = Layer.scoped(
-  Sim,
-  serveSimulator({
-    openaiSecret: devSecret("openai"),
-    replicateSecret: devSecret("replicate"),
-    openaiWebhookUrl: `${platform}/webhooks/openai`
-  })
-).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })))
-
-const RunnerHttp = Layer.unwrapEffect(
-  Effect.map(runnerConfig({ HTTP_PORT: String(httpPort) }), (c) => layerHttp(c))
-)
+const SimLive = layerSim(simPort, platform)
+const RunnerHttp = layerRunnerHttp(httpPort)
 
 const TestLayer = Layer.mergeAll(SimLive, ProviderClients.Default).pipe(
   Layer.provideMerge(RunnerHttp.pipe(Layer.provideMerge(layerTestRunner(layerTestDatabase())))),

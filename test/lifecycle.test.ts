@@ -1,19 +1,15 @@
 import { FetchHttpClient } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { afterAll, describe, expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Layer, Schedule } from "effect"
+import { Duration, Effect, Layer, Schedule } from "effect"
 import * as fs from "node:fs"
-import { createServer } from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import { TaskClient } from "../src/entities/TaskClient.js"
-import { layerHttp } from "../src/runners/Runner.js"
-import { devSecret } from "../src/simulator/devSecrets.js"
-import { serveSimulator } from "../src/simulator/Simulator.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { expectBalanced, ledgers, startTask, statuses, waitForStatus } from "./support/lifecycle.js"
-import { freePort, layerTestRunner, quietLogs, runnerConfig } from "./support/runner.js"
+import { freePort, layerTestRunner, quietLogs } from "./support/runner.js"
+import { layerRunnerHttp, layerSim, Sim, simulatorEnv } from "./support/simulator.js"
 import { uuid } from "./support/tasks.js"
 
 const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
@@ -23,13 +19,7 @@ const objects = fs.mkdtempSync(path.join(os.tmpdir(), "lifecycle-objects-"))
 afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
 const PROVIDERS = ["openai", "replicate", "fal", "runway", "luma"] as const
 Object.assign(process.env, {
-  OPENAI_WEBHOOK_SECRET: devSecret("openai"),
-  REPLICATE_WEBHOOK_SECRET: devSecret("replicate"),
-  CALLBACK_TOKEN_SECRET: "lifecycle-callback-secret",
-  FAL_USER_ID: "sim-user",
-  FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
-  PUBLIC_BASE_URL: platform,
-  INBOX_SWEEP_INTERVAL: "200 millis",
+  ...simulatorEnv(platform, sim, PROVIDERS),
   // the seed's intervals, 20 times faster: running 0.25–0.75 s, queued 0.5–1.5 s
   POLL_INTERVAL_SCALE: "0.05",
   PROVIDER_TIMEOUT: "1 second",
@@ -40,22 +30,11 @@ Object.assign(process.env, {
   SWEEP_INTERVAL: "1 second",
   SWEEP_GRACE: "3 seconds",
   RECONCILE_INTERVAL: "2 seconds",
-  ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`])),
   ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_LOOKUP`, "true"]))
 })
 
-class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
-
-const SimLive = Layer.scoped(
-  Sim,
-  serveSimulator({
-    openaiSecret: devSecret("openai"),
-    replicateSecret: devSecret("replicate"),
-    openaiWebhookUrl: `${platform}/webhooks/openai`
-  })
-).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })))
-
-const RunnerHttp = Layer.unwrapEffect(Effect.map(runnerConfig({ HTTP_PORT: String(httpPort) }), (c) => layerHttp(c)))
+const SimLive = layerSim(simPort, platform)
+const RunnerHttp = layerRunnerHttp(httpPort)
 
 const TestLayer = SimLive.pipe(
   Layer.provideMerge(RunnerHttp.pipe(Layer.provideMerge(layerTestRunner(layerTestDatabase(), { lifecycle: true })))),

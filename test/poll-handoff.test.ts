@@ -1,19 +1,16 @@
 import { FetchHttpClient } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { afterAll, describe, expect, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted, Schedule } from "effect"
 import * as fs from "node:fs"
-import { createServer } from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { layerStores } from "../src/runners/Runner.js"
-import { devSecret } from "../src/simulator/devSecrets.js"
-import { serveSimulator } from "../src/simulator/Simulator.js"
 import { makeTestDatabaseUrl, noDatabase } from "./support/database.js"
 import { spawnRunner, waitForHttp, withTimeout } from "./support/processes.js"
 import { freePort, quietLogs } from "./support/runner.js"
+import { layerSim, Sim } from "./support/simulator.js"
 import { admitTask } from "./support/tasks.js"
 
 const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
@@ -23,7 +20,6 @@ const sim = `http://127.0.0.1:${simPort}`
 const objects = fs.mkdtempSync(path.join(os.tmpdir(), "poll-handoff-objects-"))
 afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
 
-class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
 class DbUrl extends Context.Tag("DbUrl")<DbUrl, string>() {}
 
 const DbUrlLive = Layer.scoped(DbUrl, Effect.map(makeTestDatabaseUrl, ({ url }) => url))
@@ -33,10 +29,7 @@ const StoresLive = Layer.unwrapEffect(
     (url) => layerStores(layerPostgres({ url: Redacted.make(url), maxConnections: 4, applicationName: "test" }))
   )
 )
-const SimLive = Layer.scoped(
-  Sim,
-  serveSimulator({ openaiSecret: devSecret("openai"), replicateSecret: devSecret("replicate"), openaiWebhookUrl: null })
-).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })))
+const SimLive = layerSim(simPort, null)
 
 const TestLayer = Layer.mergeAll(SimLive, StoresLive.pipe(Layer.provideMerge(DbUrlLive))).pipe(
   Layer.provide(FetchHttpClient.layer),

@@ -53,6 +53,16 @@ afterAll(async () => {
 const proxiedRedis = () => Redis.layer(`redis://127.0.0.1:${redisProxy!.port}`, prefix)
 const propagation = () => layerPropagationWith(layerRocketMQ, Bus.layerRedis.pipe(Layer.provide(proxiedRedis())))
 
+/** A runner on a fresh database, and a subscriber to a new project's channel. */
+const startWithSubscriber = Effect.gen(function*() {
+  const { url } = yield* makeTestDatabaseUrl
+  const runner = yield* startScopedRunner(url, propagation())
+  const projectId = uuid()
+  const bus = yield* listen(yield* Subscriber, projectId)
+  const inRunner = <X, E>(eff: Effect.Effect<X, E, RunnerServices>) => Effect.provide(eff, runner.context)
+  return { url, runner, projectId, bus, inRunner }
+})
+
 class Subscriber extends Context.Tag("Subscriber")<Subscriber, Bus.NotificationBus["Type"]>() {}
 const subscriberBus = () =>
   Layer.effect(Subscriber, Bus.NotificationBus).pipe(
@@ -65,11 +75,7 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
     "every committed event reaches the project's channel once, in order per task; redeliveries are dropped; the relay moves when its runner stops",
     () =>
       Effect.gen(function*() {
-        const { url } = yield* makeTestDatabaseUrl
-        const a = yield* startScopedRunner(url, propagation())
-        const projectId = uuid()
-        const bus = yield* listen(yield* Subscriber, projectId)
-        const inA = <X, E>(eff: Effect.Effect<X, E, RunnerServices>) => Effect.provide(eff, a.context)
+        const { bus, inRunner: inA, projectId, runner: a, url } = yield* startWithSubscriber
 
         const first = yield* Effect.forEach(Array.from({ length: 8 }), () => inA(taskWithHistory(projectId)), {
           concurrency: 8
@@ -104,11 +110,7 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
     "RocketMQ stopped for 30 s: events committed meanwhile wait in the outbox and all arrive after it starts",
     () =>
       Effect.gen(function*() {
-        const { url } = yield* makeTestDatabaseUrl
-        const runner = yield* startScopedRunner(url, propagation())
-        const projectId = uuid()
-        const bus = yield* listen(yield* Subscriber, projectId)
-        const inRunner = <X, E>(eff: Effect.Effect<X, E, RunnerServices>) => Effect.provide(eff, runner.context)
+        const { bus, inRunner, projectId, runner } = yield* startWithSubscriber
         const before = yield* inRunner(taskWithHistory(projectId))
         yield* until("before the outage", () => versionsByTask(bus.seen).get(before)?.length === 4)
 
@@ -146,11 +148,7 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
     "Redis cut off and back: the subscriber is told of the gap and, re-reading by cursor, misses nothing",
     () =>
       Effect.gen(function*() {
-        const { url } = yield* makeTestDatabaseUrl
-        const runner = yield* startScopedRunner(url, propagation())
-        const projectId = uuid()
-        const bus = yield* listen(yield* Subscriber, projectId)
-        const inRunner = <X, E>(eff: Effect.Effect<X, E, RunnerServices>) => Effect.provide(eff, runner.context)
+        const { bus, inRunner, projectId, runner } = yield* startWithSubscriber
         const first = yield* inRunner(taskWithHistory(projectId))
         yield* until("before the cut", () => versionsByTask(bus.seen).get(first)?.length === 4)
         const lastCursor = bus.seen.at(-1)!.cursor
