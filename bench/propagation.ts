@@ -7,6 +7,7 @@
  *   2. latency: 1,000 events/s, then 500 events/s, for BENCH_SECONDS each; prints commit → Redis delivery p50/p99.
  *
  *   DATABASE_URL  ROCKETMQ_ENDPOINTS  REDIS_URL  BENCH_SECONDS (20)  BENCH_MAX_RATE (4000)
+ *   BENCH_NODE_ARGS (node flags for the runner, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof")
  */
 import { Redis } from "ioredis"
 import { type ChildProcess, execFileSync } from "node:child_process"
@@ -36,7 +37,7 @@ const startRunner = async (databaseUrl: string) => {
     REDIS_URL: redisUrl,
     REDIS_KEY_PREFIX: prefix,
     INBOX_PROCESSOR_ENABLED: "false"
-  })
+  }, { nodeArgs: (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0) })
   return child
 }
 
