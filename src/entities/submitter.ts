@@ -45,8 +45,7 @@ export const makeSubmitter = ({ clients, config, fence, poller, quota, schedule,
       if (!SUBMITTING_MODES.has(yield* fence.mode)) {
         return scaled(5)
       }
-      const request = yield* schedule.requestOf(h.taskId)
-      const scope = `${attempt.provider}/${attempt.model}/${request.tenantId}`
+      const scope = `${attempt.provider}/${attempt.model}/${s.task.tenantId}`
       if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
         return scaled(3)
       }
@@ -54,6 +53,7 @@ export const makeSubmitter = ({ clients, config, fence, poller, quota, schedule,
         Steps.beginSubmit(st, now, meta(h.taskId))
       )
       if (begun.outcome !== "changed") return 0
+      const request = yield* schedule.requestOf(h.taskId)
       const result = yield* client.value.submit({
         attemptId: attempt.id,
         clientRequestId: attempt.clientRequestId,
@@ -100,9 +100,8 @@ export const makeSubmitter = ({ clients, config, fence, poller, quota, schedule,
       }
       const now = yield* Clock.currentTimeMillis
       const since = (attempt.unknownSince ?? attempt.submitStartedAt ?? s.task.updatedAt).getTime()
-      const request = yield* schedule.requestOf(h.taskId)
       const client = yield* clients.get(attempt.provider)
-      yield* quota.acquire({ provider: attempt.provider, tenantId: request.tenantId })
+      yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
       const found = yield* client.lookup(attempt.clientRequestId).pipe(Effect.either)
       if (Either.isRight(found)) {
         if (Option.isSome(found.right)) {

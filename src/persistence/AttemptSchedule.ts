@@ -1,8 +1,9 @@
 import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
-import { StorageUnavailable } from "../schema/errors.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
+import { storageUnavailable } from "./storageUnavailable.js"
+
+const unavailable = storageUnavailable("attempt schedule")
 
 export interface PollSchedule {
   readonly nextPollAt: Date | null
@@ -16,11 +17,6 @@ export interface PollLease {
   readonly token: string
   readonly latenessMs: number
 }
-
-const unavailable = (error: SqlError) =>
-  Effect.logError("attempt schedule: database failure", error).pipe(
-    Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the database is unavailable: retry later" })))
-  )
 
 /**
  * The poller's durable bookkeeping, beside the versioned task state (nothing here is a task change, so no
@@ -116,11 +112,10 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
 
     /** What the user asked for: the submission's input (decoded at the API edge, stored with the task). */
     const requestOf = Effect.fn("AttemptSchedule.requestOf")(function*(taskId: TaskId) {
-      const rows = yield* sql<{ tenant_id: string; request: { prompt?: string; duration_seconds?: number } }>`
-        SELECT tenant_id, request FROM generation_tasks WHERE id = ${taskId}`
+      const rows = yield* sql<{ request: { prompt?: string; duration_seconds?: number } }>`
+        SELECT request FROM generation_tasks WHERE id = ${taskId}`
       const r = rows[0]
       return {
-        tenantId: r?.tenant_id ?? "",
         prompt: r?.request.prompt ?? "",
         durationSeconds: r?.request.duration_seconds ?? 5
       }

@@ -1,18 +1,14 @@
 import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql/SqlError"
 import { Config, Data, Duration, Effect, Option, Schedule } from "effect"
 import { domainEventOf, publicPayloadOf } from "../entities/taskEvents.js"
-import {
-  AdmissionsThrottled,
-  IdempotencyKeyReused,
-  ProjectNotFound,
-  StorageUnavailable,
-  WriteFenced
-} from "../schema/errors.js"
+import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound, WriteFenced } from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"
+import { storageUnavailable } from "./storageUnavailable.js"
 import { taskFromRow } from "./TaskStore.js"
 import { FENCE_SCOPE, WriteFence } from "./WriteFence.js"
+
+const unavailable = storageUnavailable("task admission")
 
 /** Modes in which new tasks may be admitted (seed 19.5.5); the others keep existing tasks moving only. */
 const ADMITTING_MODES = ["NORMAL", "DEGRADED_NOTIFY", "DEGRADED_PROVIDER", "QUEUE_ONLY"]
@@ -143,12 +139,6 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
     return { admit, find } as const
   })
 }) {}
-
-const unavailable = (e: SqlError) => {
-  return Effect.logError("database unavailable", e).pipe(
-    Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the database is unavailable: retry later" })))
-  )
-}
 
 const createdEvent = (task: TaskSnapshot, eventId: string, traceId: string) => ({
   ...domainEventOf(task, { eventType: "task.created", source: "api", traceId, occurredAt: task.createdAt }),

@@ -1,15 +1,11 @@
 import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option } from "effect"
-import { StorageUnavailable } from "../schema/errors.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
+import { storageUnavailable } from "./storageUnavailable.js"
+
+const unavailable = storageUnavailable("task operations")
 
 export type OperationType = "fetch_output"
-
-const unavailable = (error: SqlError) =>
-  Effect.logError("task operations: database failure", error).pipe(
-    Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the database is unavailable: retry later" })))
-  )
 
 /**
  * Side effects of a task done at most once per (task, attempt, operation type): the row is the idempotency key

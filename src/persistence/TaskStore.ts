@@ -3,12 +3,15 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Config, Effect, Either, Option } from "effect"
 import type { Change } from "../entities/transition.js"
 import { EventCursor } from "../schema/cursor.js"
-import { StorageUnavailable, WriteFenced } from "../schema/errors.js"
+import { WriteFenced } from "../schema/errors.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
 import { makeGroupCommit } from "./GroupCommit.js"
+import { storageUnavailable } from "./storageUnavailable.js"
 import { WriteFence } from "./WriteFence.js"
+
+const unavailable = storageUnavailable("task store")
 
 export interface TaskState {
   readonly task: TaskSnapshot
@@ -80,12 +83,6 @@ interface CommitRow {
 }
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
-
-/** A database failure reaches the entity's caller as a typed, retryable error (never a defect that replays). */
-const unavailable = (error: SqlError) =>
-  Effect.logError("task store: database failure", error).pipe(
-    Effect.zipRight(Effect.fail(new StorageUnavailable({ message: "the database is unavailable: retry later" })))
-  )
 
 /**
  * Reads and writes one task's facts. `commit` is the only way a task changes after creation: one call of

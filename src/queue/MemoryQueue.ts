@@ -9,21 +9,25 @@ import { type Delivery, EventQueue, type OutgoingMessage } from "./EventQueue.js
  */
 export const layerMemory: Layer.Layer<EventQueue> = Layer.sync(EventQueue, () => {
   const groups = new Map<string, Queue.Queue<OutgoingMessage>>()
+  // published before any consumer started (the relay can be first at start-up): kept for the first group
+  let early: Array<OutgoingMessage> = []
   const queueOf = (group: string) =>
-    Effect.sync(() => {
-      let q = groups.get(group)
-      if (q === undefined) {
-        q = Effect.runSync(Queue.unbounded<OutgoingMessage>())
-        groups.set(group, q)
-      }
-      return q
+    Effect.suspend(() => {
+      const existing = groups.get(group)
+      if (existing !== undefined) return Effect.succeed(existing)
+      const q = Effect.runSync(Queue.unbounded<OutgoingMessage>())
+      groups.set(group, q)
+      const backlog = early
+      early = []
+      return Effect.as(Queue.offerAll(q, backlog), q)
     })
-  // messages published before a group first consumes are kept for it, as a broker keeps them for a known group
-  const known = ["notification-dispatcher"]
-  for (const g of known) Effect.runSync(queueOf(g))
 
   return EventQueue.of({
-    publish: (messages) => Effect.forEach([...groups.values()], (q) => Queue.offerAll(q, messages), { discard: true }),
+    publish: (messages) =>
+      Effect.suspend(() => {
+        if (groups.size === 0) early.push(...messages)
+        return Effect.forEach([...groups.values()], (q) => Queue.offerAll(q, messages), { discard: true })
+      }),
     consume: (group, handle) =>
       Effect.gen(function*() {
         const q = yield* queueOf(group)

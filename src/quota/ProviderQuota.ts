@@ -62,6 +62,12 @@ const WARN_EVERY_MS = 30_000
  * at the full rate when no REDIS_URL is configured (one process), at QUOTA_LOCAL_SHARE of it while a configured
  * Redis does not answer (other runners are probably polling too).
  */
+/** How far ahead a caller may reserve its slot (QUOTA_MAX_WAIT); the sweeper allows polls this long too. */
+export const QuotaMaxWait = Config.duration("QUOTA_MAX_WAIT").pipe(
+  Config.validate({ message: "must be > 0", validation: Duration.greaterThan(Duration.zero) }),
+  Config.withDefault(Duration.seconds(60))
+)
+
 export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuota", {
   scoped: Effect.gen(function*() {
     const { client, keyPrefix } = yield* Redis
@@ -69,12 +75,7 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
     const providerQps = yield* positive("QUOTA_PROVIDER_QPS", 200)
     const tenantQps = yield* positive("QUOTA_TENANT_QPS", 100)
     const tau = (yield* positive("QUOTA_BURST", 0.05)) * 1000
-    const horizon = Duration.toMillis(
-      yield* Config.duration("QUOTA_MAX_WAIT").pipe(
-        Config.validate({ message: "must be > 0", validation: Duration.greaterThan(Duration.zero) }),
-        Config.withDefault(Duration.seconds(60))
-      )
-    )
+    const horizon = Duration.toMillis(yield* QuotaMaxWait)
     // How long a Redis answer is waited for before the local buckets take over. A timed-out call may still have
     // reserved its slot in Redis, so the local grant then comes on top: measured under a saturated event loop, a
     // 200 ms timeout fired on healthy Redis and 5 s query rates reached 135% of the quota. A dead connection

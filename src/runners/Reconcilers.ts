@@ -2,6 +2,7 @@ import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect } from "effect"
 import { TaskClient } from "../entities/TaskClient.js"
+import { LifecycleConfig } from "../entities/TaskLifecycle.js"
 import { INBOX_CHANNEL } from "../intake/CallbackInbox.js"
 import { wakeTasks } from "./wakeTasks.js"
 
@@ -16,10 +17,8 @@ export const ReconcilersLive = Singleton.make(
     const sql = yield* SqlClient.SqlClient
     const tasks = yield* TaskClient
     const interval = yield* Config.duration("RECONCILE_INTERVAL").pipe(Config.withDefault(Duration.seconds(30)))
-    const unknownAfter = yield* Config.duration("SUBMIT_UNKNOWN_GRACE").pipe(Config.withDefault(Duration.seconds(30)))
-    const expectedMax = yield* Config.duration("TASK_EXPECTED_MAX_DURATION").pipe(
-      Config.withDefault(Duration.minutes(30))
-    )
+    // the lifecycle's own settings, so the reconcilers act exactly where the lifecycle stops waiting
+    const { policy: { expectedMax }, submitUnknownGrace: unknownAfter } = yield* LifecycleConfig
     const outputMargin = yield* Config.duration("OUTPUT_DEADLINE_MARGIN").pipe(Config.withDefault(Duration.minutes(10)))
     const secs = (d: Duration.Duration) => Duration.toSeconds(d)
 

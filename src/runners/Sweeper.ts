@@ -2,6 +2,7 @@ import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect } from "effect"
 import { TaskClient } from "../entities/TaskClient.js"
+import { QuotaMaxWait } from "../quota/ProviderQuota.js"
 import { wakeTasks } from "./wakeTasks.js"
 
 /**
@@ -20,7 +21,7 @@ export const SweeperLive = Singleton.make(
     const batch = yield* Config.integer("SWEEP_BATCH").pipe(Config.withDefault(500))
     const graceSeconds = Duration.toSeconds(grace)
     // a poll may legitimately wait this long for its quota slot before it takes its lease
-    const quotaWait = yield* Config.duration("QUOTA_MAX_WAIT").pipe(Config.withDefault(Duration.seconds(60)))
+    const quotaWait = yield* QuotaMaxWait
     const pollGraceSeconds = graceSeconds + Duration.toSeconds(quotaWait)
 
     const due = sql<{ id: string }>`
