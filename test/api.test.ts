@@ -1,18 +1,16 @@
 import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { TaskClient } from "../src/entities/TaskClient.js"
 import { TokenSigner } from "../src/http/Auth.js"
-import { layerHttpApp } from "../src/runners/Runner.js"
+import { layerHttpTest } from "../src/runners/Runner.js"
 import type { ProjectId, TaskId, TenantId, UserId } from "../src/schema/ids.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { layerTestRunner, quietLogs } from "./support/runner.js"
 import { observation, uuid } from "./support/tasks.js"
 
-const TestLayer = layerHttpApp.pipe(
-  Layer.provideMerge(NodeHttpServer.layerTest),
+const TestLayer = layerHttpTest.pipe(
   Layer.provideMerge(layerTestRunner(layerTestDatabase())),
   Layer.provide(quietLogs)
 )

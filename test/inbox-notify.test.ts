@@ -1,7 +1,6 @@
-import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { layerHttpApp } from "../src/runners/Runner.js"
+import { layerHttpTest } from "../src/runners/Runner.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { layerTestRunner, quietLogs } from "./support/runner.js"
 import { uuid } from "./support/tasks.js"
@@ -12,8 +11,7 @@ const SECRET = "whsec_" + Buffer.from("notify-test-secret-32-bytes-long").toStri
 Object.assign(process.env, { OPENAI_WEBHOOK_SECRET: SECRET, INBOX_SWEEP_INTERVAL: "10 minutes" })
 const sign = openAISigner(SECRET)
 
-const TestLayer = layerHttpApp.pipe(
-  Layer.provideMerge(NodeHttpServer.layerTest),
+const TestLayer = layerHttpTest.pipe(
   Layer.provideMerge(layerTestRunner(layerTestDatabase())),
   Layer.provide(quietLogs)
 )

@@ -1,4 +1,3 @@
-import { NodeHttpServer } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted, Schedule } from "effect"
@@ -7,7 +6,7 @@ import * as http from "node:http"
 import { CallbackInbox } from "../src/intake/CallbackInbox.js"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { callbackToken, falSigningString } from "../src/providers/signatures.js"
-import { layerHttpApp } from "../src/runners/Runner.js"
+import { layerHttpTest } from "../src/runners/Runner.js"
 import { databaseUrl, makeTestDatabaseUrl, noDatabase } from "./support/database.js"
 import { layerTestRunner, quietLogs } from "./support/runner.js"
 import { admitTask, uuid } from "./support/tasks.js"
@@ -53,8 +52,7 @@ const database = Layer.unwrapScoped(Effect.map(makeTestDatabaseUrl, ({ url }) =>
   return layerPostgres({ url: Redacted.make(proxied.toString()), maxConnections: 10, applicationName: "webhooks" })
 }))
 
-const TestLayer = layerHttpApp.pipe(
-  Layer.provideMerge(NodeHttpServer.layerTest),
+const TestLayer = layerHttpTest.pipe(
   Layer.provideMerge(layerTestRunner(database)),
   Layer.provide(quietLogs)
 )

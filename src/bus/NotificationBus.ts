@@ -20,6 +20,8 @@ export class NotificationBus extends Context.Tag("NotificationBus")<Notification
    * one Redis subscription (ref-counted: SUBSCRIBE on the first, UNSUBSCRIBE when the last scope closes).
    */
   readonly subscribe: (projectId: string) => Effect.Effect<Stream.Stream<BusEvent>, never, Scope.Scope>
+  /** Whether subscribers are receiving what is published now (false while the subscriber connection is down). */
+  readonly healthy: Effect.Effect<boolean>
 }>() {}
 
 const PUBLISH_TIMEOUT = Duration.millis(500)
@@ -108,7 +110,8 @@ export const layerMemory: Layer.Layer<NotificationBus> = Layer.effect(
       }),
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
         return (yield* hub.join(projectId, () => Effect.void)).stream
-      })
+      }),
+      healthy: Effect.succeed(true)
     })
   }).pipe(Effect.orDie)
 )
@@ -207,7 +210,8 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
           Effect.annotateLogs({ project_id: projectId })
         )
         return stream
-      })
+      }),
+      healthy: Effect.sync(() => up)
     })
   }).pipe(Effect.orDie)
 )

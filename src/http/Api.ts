@@ -1,8 +1,10 @@
 import { HttpApi, OpenApi } from "@effect/platform"
+import { SessionApi } from "./SessionApi.js"
 import { TasksApi } from "./TasksApi.js"
 
 export class ControlPlaneApi extends HttpApi.make("control-plane")
   .add(TasksApi)
+  .add(SessionApi)
   .annotate(OpenApi.Title, "Task-status control plane")
   .annotate(OpenApi.Description, "Create, read and cancel AI-video generation tasks; follow their events.")
 {}

@@ -1,4 +1,4 @@
-import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
+import { HttpApiMiddleware, HttpApiSecurity, HttpServerRequest } from "@effect/platform"
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import * as jose from "jose"
 import { Unauthorized } from "../schema/errors.js"
@@ -20,13 +20,33 @@ const Claims = Schema.Struct({
   projects: Schema.Union(Schema.Literal("*"), Schema.Array(ProjectId))
 })
 
+/** The browser session: the access token in an HttpOnly, SameSite=Strict cookie (never readable by scripts). */
+export const SESSION_COOKIE = "tcp_session"
+
+/**
+ * Bearer for backends; the session cookie for browsers. A cookie rides along with any request the browser
+ * makes, so a cookie-authenticated request must also come from an allowed Origin (CSRF, seed 12.13.3).
+ */
 export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("Authentication", {
   failure: Unauthorized,
   provides: Principal,
-  security: { bearer: HttpApiSecurity.bearer }
+  security: {
+    bearer: HttpApiSecurity.bearer,
+    cookie: HttpApiSecurity.apiKey({ in: "cookie", key: SESSION_COOKIE })
+  }
 }) {}
 
 const ISSUER = "task-control-plane"
+
+/** A single-use stream token's claims: one project, one user, one minute. */
+const StreamClaims = Schema.Struct({
+  typ: Schema.Literal("stream"),
+  tenant_id: TenantId,
+  sub: UserId,
+  project: ProjectId,
+  jti: Schema.UUID,
+  exp: Schema.Number
+})
 
 /** Signs and verifies HS256 bearer tokens with the server secret (AUTH_SECRET). */
 export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
@@ -45,6 +65,8 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
       })
     )
     if (Option.isNone(secret)) yield* Effect.logWarning("AUTH_SECRET is unset: using the development secret")
+    /** Development mode (no AUTH_SECRET): the live page may sign itself in as the development tenant. */
+    const development = Option.isNone(secret)
 
     const sign = (claims: typeof Claims.Type, ttlSeconds = 3600) =>
       Effect.promise(() =>
@@ -67,13 +89,69 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
         Effect.map((c) => ({ tenantId: c.tenant_id, userId: c.sub, projects: c.projects }))
       )
 
-    return { sign, verify } as const
+    /** A short-lived, single-use token for one project's event stream (EventSource cannot send headers). */
+    const signStream = (principal: Principal["Type"], projectId: ProjectId, ttlSeconds: number) =>
+      Effect.promise(() =>
+        new jose.SignJWT({ typ: "stream", tenant_id: principal.tenantId, project: projectId })
+          .setProtectedHeader({ alg: "HS256" })
+          .setSubject(principal.userId)
+          .setIssuer(ISSUER)
+          .setJti(crypto.randomUUID())
+          .setIssuedAt()
+          .setExpirationTime(`${ttlSeconds}s`)
+          .sign(key)
+      )
+
+    const verifyStream = (token: string) =>
+      Effect.tryPromise({
+        try: () => jose.jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"] }),
+        catch: () => new Unauthorized({ message: "invalid or expired stream token" })
+      }).pipe(
+        Effect.flatMap(({ payload }) => Schema.decodeUnknown(StreamClaims)(payload)),
+        Effect.mapError(() => new Unauthorized({ message: "invalid or expired stream token" }))
+      )
+
+    return { sign, verify, signStream, verifyStream, development } as const
+  })
+}) {}
+
+/**
+ * Which browser origins may use a session cookie or open a stream: ALLOWED_ORIGINS (comma-separated), or by
+ * default the runner's own origin (the Origin's host equals the request's Host).
+ */
+export class OriginPolicy extends Effect.Service<OriginPolicy>()("OriginPolicy", {
+  effect: Effect.gen(function*() {
+    const listed = yield* Config.array(Config.string(), "ALLOWED_ORIGINS").pipe(Config.withDefault([]))
+    const allowed = new Set(listed.map((o) => o.trim().replace(/\/$/, "")).filter((o) => o.length > 0))
+    /** An absent Origin is a same-origin GET or a non-browser client: the credential decides alone. */
+    const accepts = (origin: string | undefined, host: string | undefined): boolean => {
+      if (origin === undefined) return true
+      if (allowed.size > 0) return allowed.has(origin)
+      try {
+        return host !== undefined && new URL(origin).host === host
+      } catch {
+        return false
+      }
+    }
+    return { accepts } as const
   })
 }) {}
 
 export const AuthenticationLive = Layer.effect(
   Authentication,
-  Effect.map(TokenSigner, (signer) => ({
-    bearer: (token: Redacted.Redacted<string>) => signer.verify(Redacted.value(token))
-  }))
+  Effect.gen(function*() {
+    const signer = yield* TokenSigner
+    const origins = yield* OriginPolicy
+    return {
+      bearer: (token: Redacted.Redacted<string>) => signer.verify(Redacted.value(token)),
+      cookie: (token: Redacted.Redacted<string>) =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          if (!origins.accepts(request.headers["origin"], request.headers["host"])) {
+            return yield* new Unauthorized({ message: "cross-origin request with a session cookie" })
+          }
+          return yield* signer.verify(Redacted.value(token))
+        })
+    }
+  })
 )

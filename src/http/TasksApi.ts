@@ -47,6 +47,19 @@ const IdempotencyHeaders = Schema.Struct({
   )
 })
 
+export class TaskPageView extends Schema.Class<TaskPageView>("TaskPageView")({
+  tasks: Schema.Array(TaskView),
+  cursor: Schema.String.annotations({ description: "The stream cursor of this snapshot: follow events after it" }),
+  next_before: Schema.NullOr(TaskId).annotations({ description: "Pass as ?before= for the next (older) page" })
+}) {}
+
+const PageQuery = Schema.Struct({
+  limit: Schema.optionalWith(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 200)), {
+    default: () => 50
+  }),
+  before: Schema.optional(TaskId)
+})
+
 const ProjectPath = Schema.Struct({ project: ProjectId })
 const TaskPath = Schema.Struct({ project: ProjectId, task: TaskId })
 
@@ -61,6 +74,14 @@ export class TasksApi extends HttpApiGroup.make("tasks")
       .addError(AdmissionsThrottled)
       .addError(ProjectNotFound)
       .addError(WriteFenced)
+      .addError(StorageUnavailable)
+  )
+  .add(
+    HttpApiEndpoint.get("list", "/v1/projects/:project/tasks")
+      .setPath(ProjectPath)
+      .setUrlParams(PageQuery)
+      .addSuccess(TaskPageView)
+      .addError(ProjectNotFound)
       .addError(StorageUnavailable)
   )
   .add(

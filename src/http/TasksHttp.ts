@@ -2,13 +2,15 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Option } from "effect"
 import { createHash } from "node:crypto"
 import { TaskClient } from "../entities/TaskClient.js"
+import { EventLog } from "../persistence/EventLog.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
+import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { CommandRejected, ProjectNotFound, TaskNotFound } from "../schema/errors.js"
 import type { TaskSnapshot } from "../schema/task.js"
 import { ControlPlaneApi } from "./Api.js"
 import { canSee, Principal } from "./Auth.js"
 import type { CreateTaskRequest } from "./TasksApi.js"
-import { TaskView } from "./TasksApi.js"
+import { TaskPageView, TaskView } from "./TasksApi.js"
 
 const toView = (t: TaskSnapshot): TaskView =>
   new TaskView({
@@ -39,6 +41,8 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
   Effect.gen(function*() {
     const admission = yield* TaskAdmission
     const tasks = yield* TaskClient
+    const snapshots = yield* TaskSnapshots
+    const log = yield* EventLog
 
     const owned = Effect.fn("Tasks.owned")(function*(project: TaskSnapshot["projectId"], task: string) {
       const principal = yield* Principal
@@ -78,6 +82,23 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
           }
           return toView(task)
         }).pipe(Effect.withSpan("Tasks.create")))
+      .handle("list", ({ path, urlParams }) =>
+        Effect.gen(function*() {
+          const principal = yield* Principal
+          const notFound = new ProjectNotFound({ projectId: path.project })
+          if (!canSee(principal, path.project)) return yield* notFound
+          // a project is created on first use: its stream exists before the first task does
+          if (Option.isNone(yield* log.open(principal.tenantId, path.project))) return yield* notFound
+          const found = yield* snapshots.page(principal.tenantId, path.project, urlParams.limit, urlParams.before)
+          if (Option.isNone(found)) return yield* notFound
+          const page = found.value
+          const last = page.tasks[page.tasks.length - 1]
+          return new TaskPageView({
+            tasks: page.tasks.map(toView),
+            cursor: page.cursor.toString(),
+            next_before: page.tasks.length === urlParams.limit && last !== undefined ? last.id : null
+          })
+        }))
       .handle("get", ({ path }) => Effect.map(owned(path.project, path.task), toView))
       .handle("cancel", ({ path }) =>
         Effect.gen(function*() {

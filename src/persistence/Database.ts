@@ -15,6 +15,7 @@ import inboxAttempt from "../../migrations/0004_inbox_attempt.js"
 import inboxBody from "../../migrations/0005_inbox_body.js"
 import lifecycle from "../../migrations/0006_lifecycle.js"
 import propagation from "../../migrations/0007_propagation.js"
+import eventStreams from "../../migrations/0008_event_streams.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -33,7 +34,8 @@ const runMigrations = Migrator.make({})({
     "0004_inbox_attempt": inboxAttempt,
     "0005_inbox_body": inboxBody,
     "0006_lifecycle": lifecycle,
-    "0007_propagation": propagation
+    "0007_propagation": propagation,
+    "0008_event_streams": eventStreams
   }),
   table: "app_migrations"
 })

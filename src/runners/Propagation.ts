@@ -15,11 +15,14 @@ export const layerEventQueueFromEnv: Layer.Layer<EventQueue> = Layer.unwrapEffec
   )
 )
 
-/** The outbox relay (a cluster singleton) and the notification dispatcher, on the given queue and bus. */
+/**
+ * The outbox relay (a cluster singleton) and the notification dispatcher, on the given queue and bus; the bus
+ * stays available to the runner's event gateways.
+ */
 export const layerPropagationWith = <E, R>(
   queue: Layer.Layer<EventQueue, E, R>,
   bus: Layer.Layer<Bus.NotificationBus>
-) => Layer.mergeAll(OutboxRelayLive, NotificationDispatcherLive).pipe(Layer.provide(queue), Layer.provide(bus))
+) => Layer.mergeAll(OutboxRelayLive, NotificationDispatcherLive).pipe(Layer.provide(queue), Layer.provideMerge(bus))
 
 /** From the environment: RocketMQ and Redis when configured, their in-process stand-ins otherwise. */
 export const layerPropagationFromEnv = layerPropagationWith(

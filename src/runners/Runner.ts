@@ -1,12 +1,19 @@
 import { FetchHttpClient, HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
+import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
-import { createServer } from "node:http"
 import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
 import { TaskClient } from "../entities/TaskClient.js"
 import { TaskLifecycle } from "../entities/TaskLifecycle.js"
+import { ConnectionLimits } from "../gateway/ConnectionLimits.js"
+import { EventGateway } from "../gateway/EventGateway.js"
+import { ProjectFeeds } from "../gateway/ProjectFeeds.js"
 import { ControlPlaneApi } from "../http/Api.js"
-import { AuthenticationLive, TokenSigner } from "../http/Auth.js"
+import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
+import { EventsSocketLive } from "../http/EventsSocket.js"
+import { EventsSseLive } from "../http/EventsSse.js"
+import { LivePageLive } from "../http/LivePage.js"
+import { makeServer, RawRoutes } from "../http/RawRoutes.js"
+import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
 import { routeWebhooks, WebhookGateway } from "../http/Webhooks.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
@@ -16,8 +23,10 @@ import { OutputDownloader } from "../output/OutputDownloader.js"
 import { OutputWork } from "../output/OutputWork.js"
 import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import * as Database from "../persistence/Database.js"
+import { EventLog } from "../persistence/EventLog.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
+import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { TaskStore } from "../persistence/TaskStore.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
@@ -65,10 +74,10 @@ export const layerLifecycleDisabled = Layer.succeed(TaskLifecycle, TaskLifecycle
  * A cluster runner hosting GenerationTask entities (each with its lifecycle), the clients that talk to them, the
  * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay) and the notification dispatcher.
  */
-export const layerRunnerWith = <E, R, E2, R2>(
+export const layerRunnerWith = <E, R, A2, E2, R2>(
   c: RunnerConfig,
   lifecycle: Layer.Layer<TaskLifecycle, E, R>,
-  propagation: Layer.Layer<never, E2, R2>
+  propagation: Layer.Layer<A2, E2, R2>
 ) =>
   Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive, propagation).pipe(
     Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
@@ -79,8 +88,18 @@ export const layerRunnerWith = <E, R, E2, R2>(
 export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycle, layerPropagationFromEnv)
 
 /**
- * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and, in front of it, the provider webhook
- * gateway, on whatever HttpServer is provided.
+ * Browser delivery: SSE and WebSocket streams (raw routes on the Node server) over the project feeds of the
+ * notification bus and the event log, with their limits and auth.
+ */
+const layerEventStreams = Layer.mergeAll(EventsSseLive, EventsSocketLive).pipe(
+  Layer.provideMerge(EventGateway.Default),
+  Layer.provide(Layer.mergeAll(ProjectFeeds.Default, ConnectionLimits.Default)),
+  Layer.provideMerge(Layer.mergeAll(EventLog.Default, OriginPolicy.Default, TokenSigner.Default))
+)
+
+/**
+ * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs), the live page at `/`, and, in front of them,
+ * the provider webhook gateway, on whatever HttpServer is provided; the event streams on its RawRoutes.
  */
 export const layerHttpApp = Layer.unwrapEffect(
   Effect.map(
@@ -91,21 +110,37 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
-  Layer.provide(TasksHttpLive),
-  Layer.provide(AuthenticationLive),
+  Layer.provide(Layer.mergeAll(TasksHttpLive, SessionHttpLive, LivePageLive)),
+  Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive)),
+  Layer.provideMerge(layerEventStreams),
   Layer.provide(WebhookGateway.Default),
   Layer.provide(ProviderRegistry.Default),
   Layer.provide(FetchHttpClient.layer),
-  Layer.provideMerge(TokenSigner.Default),
   // provider callbacks come by the thousand per second: no request span for them (failures are logged)
   HttpMiddleware.withTracerDisabledWhen((request) => request.url.startsWith("/webhooks/"))
 )
 
 export const layerHttp = (c: RunnerConfig) =>
-  layerHttpApp.pipe(
-    HttpServer.withLogAddress,
-    Layer.provide(NodeHttpServer.layer(createServer, { host: c.httpHost, port: c.httpPort }))
+  Layer.unwrapEffect(Effect.sync(() => {
+    const { routes, server } = makeServer()
+    return layerHttpApp.pipe(
+      HttpServer.withLogAddress,
+      Layer.provide(Layer.succeed(RawRoutes, routes)),
+      Layer.provide(NodeHttpServer.layer(() => server, { host: c.httpHost, port: c.httpPort }))
+    )
+  }))
+
+/** The HTTP app on its own server on a free port, with an HttpClient that calls it (tests). */
+export const layerHttpTest = Layer.unwrapEffect(Effect.sync(() => {
+  const { routes, server } = makeServer()
+  return layerHttpApp.pipe(
+    Layer.provide(Layer.succeed(RawRoutes, routes)),
+    Layer.provideMerge(HttpServer.layerTestClient),
+    Layer.provide(NodeHttpClient.layerWithoutAgent),
+    Layer.provide(NodeHttpClient.makeAgentLayer({ keepAlive: false })),
+    Layer.provideMerge(NodeHttpServer.layer(() => server, { port: 0 }))
   )
+}))
 
 /** One runner process: HTTP API + cluster runner on DATABASE_URL, or on the embedded PGlite when it is unset. */
 export const RunnerLive = Layer.unwrapEffect(Effect.gen(function*() {

@@ -1,0 +1,181 @@
+import { Config, Effect, Exit, Option, Scope, Stream } from "effect"
+import { checkCursor, type CursorProblem, EventLog, type StreamEvent } from "../persistence/EventLog.js"
+import { EventCursor } from "../schema/cursor.js"
+import { ProjectNotFound } from "../schema/errors.js"
+import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
+import { ConnectionBuffer } from "./ConnectionBuffer.js"
+import { ConnectionLimits } from "./ConnectionLimits.js"
+import { type FeedListener, ProjectFeeds } from "./ProjectFeeds.js"
+
+export type CloseReason = "overflow" | "stalled" | "stream_lost" | "shutdown"
+
+/** How a gateway writes to one client: SSE or WebSocket. Writes never block; `false` means "backed up". */
+export interface Transport {
+  /** The stream is admitted: send the response head (before any event). */
+  readonly open: () => void
+  readonly send: (event: StreamEvent) => boolean
+  readonly reset: (problem: CursorProblem, cursor: string) => boolean
+  /** Calls `f` once the client has read what was written, or `stalled` past the transport's write deadline. */
+  readonly whenDrained: (f: () => void, stalled: () => void) => void
+  readonly close: (reason: CloseReason) => void
+}
+
+export interface StreamRequest {
+  readonly tenantId: TenantId
+  readonly userId: UserId
+  readonly projectId: ProjectId
+  /** where the client stands (Last-Event-ID, ?after=); none: from now on */
+  readonly after: EventCursor | undefined
+  /** only this task's events */
+  readonly taskId: string | undefined
+}
+
+/**
+ * One client's stream. It replays from PostgreSQL, then takes the feed's live events; whatever arrives while it
+ * replays, or while the client is not reading, waits in its bounded buffer. A sequence it already sent is never
+ * sent again, and it sends in cursor order, so the client's cursor (Last-Event-ID) is always gap-free.
+ */
+class Connection implements FeedListener {
+  lastSeq = 0
+  live = false
+  blocked = false
+  closed = false
+  readonly buffer: ConnectionBuffer
+
+  constructor(
+    readonly transport: Transport,
+    capacity: number,
+    readonly taskId: string | undefined,
+    readonly onOverflow: () => void
+  ) {
+    this.buffer = new ConnectionBuffer(capacity)
+  }
+
+  deliver(event: StreamEvent): void {
+    if (this.closed || event.seq <= this.lastSeq) return
+    if (!this.live || this.blocked || this.buffer.size > 0) {
+      if (!this.buffer.offer(event)) this.close("overflow")
+      return
+    }
+    if (!this.write(event)) this.block()
+  }
+
+  /** The client is backed up: what comes next waits in the buffer until it reads again. */
+  private block(): void {
+    this.blocked = true
+    this.transport.whenDrained(this.flush, this.stalled)
+  }
+
+  lost(): void {
+    this.close("stream_lost")
+  }
+
+  /** Writes one event unless already sent; false when the client is now backed up. */
+  write(event: StreamEvent): boolean {
+    if (event.seq <= this.lastSeq) return true
+    this.lastSeq = event.seq
+    if (this.taskId !== undefined && event.payload.task_id !== this.taskId) return true
+    return this.transport.send(event)
+  }
+
+  /** Sends what waited in the buffer, until the client backs up again. */
+  readonly flush = (): void => {
+    this.blocked = false
+    const waiting = this.buffer.takeAll()
+    for (let i = 0; i < waiting.length; i++) {
+      if (this.closed) return
+      if (!this.write(waiting[i]!)) {
+        for (let j = i + 1; j < waiting.length; j++) this.buffer.offer(waiting[j]!)
+        return this.block()
+      }
+    }
+  }
+
+  readonly stalled = (): void => this.close("stalled")
+
+  goLive(): void {
+    this.live = true
+    this.flush()
+  }
+
+  close(reason: CloseReason): void {
+    if (this.closed) return
+    this.closed = true
+    if (reason === "overflow" || reason === "stalled") this.onOverflow()
+    this.transport.close(reason)
+  }
+}
+
+export class EventGateway extends Effect.Service<EventGateway>()("EventGateway", {
+  effect: Effect.gen(function*() {
+    const log = yield* EventLog
+    const feeds = yield* ProjectFeeds
+    const limits = yield* ConnectionLimits
+    const capacity = yield* Config.integer("GATEWAY_CONNECTION_BUFFER").pipe(Config.withDefault(128))
+    const stats = { open: 0, opened: 0, slowClientDisconnects: 0, resets: 0 }
+
+    const replay = (conn: Connection, projectId: string) =>
+      log.replay(projectId, conn.lastSeq).pipe(
+        Stream.runForEach((event) =>
+          conn.closed || conn.write(event)
+            ? Effect.void
+            : Effect.async<void>((resume) =>
+              conn.transport.whenDrained(() => resume(Effect.void), () => {
+                conn.stalled()
+                resume(Effect.void)
+              })
+            )
+        )
+      )
+
+    /**
+     * Opens a stream for an authenticated client: resets a cursor that cannot be served, follows the project's
+     * feed first, replays from PostgreSQL up to (at least) where the feed stands, then goes live. Returns the
+     * function the transport calls when the client is gone.
+     */
+    const connect = Effect.fn("EventGateway.connect")(function*(request: StreamRequest, transport: Transport) {
+      const head = yield* log.open(request.tenantId, request.projectId)
+      if (Option.isNone(head)) return yield* new ProjectNotFound({ projectId: request.projectId })
+      const release = yield* limits.admit(request.tenantId, request.userId)
+      const scope = yield* Scope.make()
+      stats.open++
+      stats.opened++
+      const conn = new Connection(transport, capacity, request.taskId, () => stats.slowClientDisconnects++)
+      let gone = false
+      const closed = Effect.suspend(() => {
+        if (gone) return Effect.void
+        gone = true
+        conn.closed = true
+        stats.open--
+        release()
+        return Scope.close(scope, Exit.void)
+      })
+
+      const run = Effect.gen(function*() {
+        transport.open()
+        const current = head.value
+        const headCursor = new EventCursor({ epoch: current.epoch, seq: current.lastSeq }).toString()
+        const problem = request.after === undefined ? null : checkCursor(current, request.after)
+        if (problem !== null) {
+          stats.resets++
+          transport.reset(problem, headCursor)
+        }
+        conn.lastSeq = request.after === undefined || problem !== null ? current.lastSeq : request.after.seq
+        const followed = yield* Scope.extend(feeds.follow(request.projectId, conn), scope)
+        if (followed.epoch !== current.epoch) return conn.close("stream_lost")
+        yield* replay(conn, request.projectId)
+        // everything up to where the feed stood must have been replayed: if retention took it meanwhile, reset
+        if (!conn.closed && conn.lastSeq < followed.seq) {
+          stats.resets++
+          transport.reset("expired", new EventCursor({ epoch: current.epoch, seq: followed.seq }).toString())
+          conn.lastSeq = followed.seq
+        }
+        conn.goLive()
+      })
+      yield* run.pipe(Effect.onError(() => closed))
+      return closed
+    })
+
+    return { connect, stats: Effect.sync(() => ({ ...stats })) } as const
+  })
+}) {}

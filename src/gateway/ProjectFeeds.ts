@@ -1,0 +1,215 @@
+import { Config, Duration, Effect, Either, Exit, Queue, Runtime, Schema, Scope, Stream } from "effect"
+import { NotificationBus } from "../bus/NotificationBus.js"
+import { EventLog, type StreamEvent } from "../persistence/EventLog.js"
+import { EventCursorFromString } from "../schema/cursor.js"
+import { LiveTaskEvent } from "../schema/events.js"
+
+/** Who follows a feed: a connection. Called synchronously, in cursor order, with no gap. */
+export interface FeedListener {
+  readonly deliver: (event: StreamEvent) => void
+  /** The feed cannot go on (its stream was rebuilt under another epoch): the connection must close. */
+  readonly lost: () => void
+}
+
+const decodeLive = Schema.decodeUnknownEither(Schema.parseJson(LiveTaskEvent))
+const decodeCursor = Schema.decodeEither(EventCursorFromString)
+
+/** A live bus message as a stream event; undefined when it is not one (logged by the caller). */
+const eventOfMessage = (payload: string): { epoch: number; event: StreamEvent } | undefined => {
+  const live = decodeLive(payload)
+  if (Either.isLeft(live)) return undefined
+  const cursor = decodeCursor(live.right.cursor)
+  if (Either.isLeft(cursor)) return undefined
+  return {
+    epoch: cursor.right.epoch,
+    event: {
+      seq: cursor.right.seq,
+      cursor: live.right.cursor,
+      type: live.right.event_type,
+      payload: live.right.payload
+    }
+  }
+}
+
+type Command =
+  | { readonly _tag: "Message"; readonly payload: string }
+  | { readonly _tag: "Fill" }
+
+/**
+ * One project's events on this runner, gap-free and in cursor order, however the bus delivers them. Cursor
+ * sequences have no holes, so a hole is visible: a later event waits (briefly) for the missing one, which is
+ * then read from PostgreSQL. A bus Gap, a bus outage, or an event that never came (seen in the stream's head
+ * by the tail) is filled from PostgreSQL the same way.
+ */
+interface Feed {
+  readonly projectId: string
+  readonly epoch: number
+  /** the last sequence delivered to listeners: every one before it was delivered too */
+  seq: number
+  readonly pending: Map<number, StreamEvent>
+  readonly listeners: Set<FeedListener>
+  readonly commands: Queue.Queue<Command>
+  holeTimer: ReturnType<typeof setTimeout> | undefined
+  /** the stream's head at the previous tail tick: events up to it should have arrived by now */
+  headAtLastTick: number
+  readonly scope: Scope.CloseableScope
+}
+
+export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds", {
+  scoped: Effect.gen(function*() {
+    const bus = yield* NotificationBus
+    const log = yield* EventLog
+    const holeWait = yield* Config.duration("GATEWAY_HOLE_WAIT").pipe(Config.withDefault(Duration.millis(150)))
+    const tailInterval = yield* Config.duration("GATEWAY_TAIL_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
+    const holeWaitMs = Duration.toMillis(holeWait)
+    const feeds = new Map<string, Promise<Feed> | Feed>()
+    const runtime = yield* Effect.runtime<never>()
+    const layerScope = yield* Effect.scope
+
+    const emit = (feed: Feed, event: StreamEvent) => {
+      feed.seq = event.seq
+      for (const listener of feed.listeners) listener.deliver(event)
+    }
+
+    const accept = (feed: Feed, event: StreamEvent) => {
+      if (event.seq <= feed.seq) return
+      if (event.seq !== feed.seq + 1) {
+        feed.pending.set(event.seq, event)
+        if (feed.holeTimer === undefined) {
+          feed.holeTimer = setTimeout(() => {
+            feed.holeTimer = undefined
+            Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
+          }, holeWaitMs)
+        }
+        return
+      }
+      emit(feed, event)
+      for (let next = feed.pending.get(feed.seq + 1); next !== undefined; next = feed.pending.get(feed.seq + 1)) {
+        feed.pending.delete(next.seq)
+        emit(feed, next)
+      }
+      if (feed.pending.size === 0 && feed.holeTimer !== undefined) {
+        clearTimeout(feed.holeTimer)
+        feed.holeTimer = undefined
+      }
+    }
+
+    /** Reads what the feed misses from PostgreSQL, page by page, up to the stream's end. */
+    const fill = (feed: Feed) =>
+      log.replay(feed.projectId, feed.seq).pipe(
+        Stream.runForEach((event) => Effect.sync(() => accept(feed, event))),
+        Effect.zipRight(Effect.sync(() => {
+          for (const seq of feed.pending.keys()) if (seq <= feed.seq) feed.pending.delete(seq)
+        })),
+        Effect.catchAll((e) => Effect.logWarning("feed: reading missed events failed", e))
+      )
+
+    const lose = (feed: Feed) =>
+      Effect.sync(() => {
+        feeds.delete(feed.projectId)
+        for (const listener of feed.listeners) listener.lost()
+        feed.listeners.clear()
+      }).pipe(Effect.zipRight(Scope.close(feed.scope, Exit.void)))
+
+    const handle = (feed: Feed) => (command: Command) => {
+      if (command._tag === "Fill") return fill(feed)
+      const parsed = eventOfMessage(command.payload)
+      if (parsed === undefined) return Effect.logWarning("feed: unreadable bus message dropped")
+      if (parsed.epoch !== feed.epoch) return lose(feed)
+      return Effect.sync(() => accept(feed, parsed.event))
+    }
+
+    const start = (projectId: string) =>
+      Effect.gen(function*() {
+        const scope = yield* Scope.fork(layerScope, { _tag: "Sequential" })
+        // subscribe first, then read where the stream stands: nothing committed after the read is missed
+        const live = yield* Scope.extend(bus.subscribe(projectId), scope)
+        const heads = yield* log.heads([projectId])
+        const head = heads.get(projectId)
+        if (head === undefined) return yield* Effect.dieMessage(`project ${projectId} has no stream`)
+        const feed: Feed = {
+          projectId,
+          epoch: head.epoch,
+          seq: head.lastSeq,
+          pending: new Map(),
+          listeners: new Set(),
+          commands: yield* Queue.unbounded<Command>(),
+          holeTimer: undefined,
+          headAtLastTick: head.lastSeq,
+          scope
+        }
+        const messages = Stream.map(live, (e): Command => e._tag === "Gap" ? { _tag: "Fill" } : e)
+        yield* Stream.merge(messages, Stream.fromQueue(feed.commands)).pipe(
+          Stream.runForEach(handle(feed)),
+          Effect.annotateLogs({ project_id: projectId }),
+          Effect.forkIn(scope)
+        )
+        yield* Scope.addFinalizer(
+          scope,
+          Effect.sync(() => feed.holeTimer !== undefined && clearTimeout(feed.holeTimer))
+        )
+        return feed
+      })
+
+    const acquireFeed = (projectId: string) =>
+      Effect.suspend(() => {
+        const existing = feeds.get(projectId)
+        if (existing !== undefined) {
+          return existing instanceof Promise
+            ? Effect.promise(() => existing)
+            : Effect.succeed(existing)
+        }
+        const starting = Runtime.runPromise(runtime)(start(projectId))
+        feeds.set(projectId, starting)
+        return Effect.promise(() => starting).pipe(
+          Effect.tap((feed) => Effect.sync(() => feeds.get(projectId) === starting && feeds.set(projectId, feed))),
+          Effect.tapDefect(() => Effect.sync(() => feeds.get(projectId) === starting && feeds.delete(projectId)))
+        )
+      })
+
+    const release = (feed: Feed, listener: FeedListener) =>
+      Effect.suspend(() => {
+        feed.listeners.delete(listener)
+        if (feed.listeners.size > 0 || feeds.get(feed.projectId) !== feed) return Effect.void
+        feeds.delete(feed.projectId)
+        return Scope.close(feed.scope, Exit.void)
+      })
+
+    /**
+     * Follows a project for as long as the scope lives. Returns the sequence the feed has delivered up to: the
+     * listener gets every event after it, so a reader that replays up to it from PostgreSQL misses nothing.
+     */
+    const follow = Effect.fn("ProjectFeeds.follow")(function*(projectId: string, listener: FeedListener) {
+      const feed = yield* acquireFeed(projectId)
+      yield* Effect.acquireRelease(Effect.sync(() => feed.listeners.add(listener)), () => release(feed, listener))
+      return { epoch: feed.epoch, seq: feed.seq }
+    })
+
+    // The tail of PostgreSQL: one query for every followed project. While the bus is down every feed behind its
+    // stream is filled at once; otherwise only one still missing events its stream had a whole tick ago.
+    yield* Effect.gen(function*() {
+      const active = [...feeds.values()].filter((f): f is Feed => !(f instanceof Promise))
+      if (active.length === 0) return
+      const healthy = yield* bus.healthy
+      const heads = yield* log.heads(active.map((f) => f.projectId))
+      for (const feed of active) {
+        const head = heads.get(feed.projectId)
+        if (head === undefined) continue
+        if (feed.seq < head.lastSeq && (!healthy || feed.seq < feed.headAtLastTick)) {
+          Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
+        }
+        feed.headAtLastTick = head.lastSeq
+      }
+    }).pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("feed tail failed", cause)),
+      Effect.zipRight(Effect.sleep(tailInterval)),
+      Effect.forever,
+      Effect.forkScoped
+    )
+
+    /** Feeds followed on this runner (for the bench and operators). */
+    const size = Effect.sync(() => feeds.size)
+
+    return { follow, size } as const
+  })
+}) {}

@@ -1,0 +1,136 @@
+import { Config, Duration, Effect, FiberSet, Layer } from "effect"
+import type { IncomingMessage } from "node:http"
+import type { Duplex } from "node:stream"
+import { type WebSocket, WebSocketServer } from "ws"
+import { EventGateway, type Transport } from "../gateway/EventGateway.js"
+import type { EventLog, StreamEvent } from "../persistence/EventLog.js"
+import type { OriginPolicy, TokenSigner } from "./Auth.js"
+import { RawRoutes } from "./RawRoutes.js"
+import { authorizeStream, EVENTS_PATH } from "./StreamAuth.js"
+
+const frames = new WeakMap<StreamEvent, string>()
+/** The WebSocket message of an event (DESIGN §7), built once per event. */
+export const socketFrame = (event: StreamEvent): string => {
+  let frame = frames.get(event)
+  if (frame === undefined) {
+    const { task_id, task_version, ...payload } = event.payload
+    frame = JSON.stringify({ type: "task.status", event_id: event.cursor, task_id, task_version, payload })
+    frames.set(event, frame)
+  }
+  return frame
+}
+
+const reasons: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found" }
+
+/** Refuses an upgrade with a plain HTTP answer (the socket never becomes a WebSocket). */
+const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
+  const body = JSON.stringify({ _tag: "StreamRefused", message })
+  socket.end(
+    `HTTP/1.1 ${status} ${reasons[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+  )
+}
+
+/**
+ * `GET /v1/projects/{project}/events/ws`: the same stream, cursor and reset semantics as SSE, as WebSocket
+ * messages. Origin is checked before the upgrade; client frames are limited to WS_MAX_FRAME bytes (the client
+ * has nothing to say but the protocol's pongs, so 4 KiB); a ping every WS_PING_INTERVAL and a peer that did not
+ * pong since the last one is terminated. All writes happen on the one JavaScript thread in event order: one
+ * writer per connection. A client whose unsent data passes WS_SEND_BUFFER is treated as backed up.
+ */
+export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
+  const routes = yield* RawRoutes
+  const gateway = yield* EventGateway
+  const maxFrame = yield* Config.integer("WS_MAX_FRAME").pipe(Config.withDefault(4096))
+  const pingEvery = yield* Config.duration("WS_PING_INTERVAL").pipe(Config.withDefault(Duration.seconds(15)))
+  const deadline = yield* Config.duration("SSE_WRITE_DEADLINE").pipe(Config.withDefault(Duration.seconds(10)))
+  const sendBuffer = yield* Config.integer("WS_SEND_BUFFER").pipe(Config.withDefault(64 * 1024))
+  const deadlineMs = Duration.toMillis(deadline)
+  const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
+  const wss = new WebSocketServer({ noServer: true, maxPayload: maxFrame, perMessageDeflate: false })
+  const alive = new Map<WebSocket, boolean>()
+
+  const transportOf = (ws: WebSocket, socket: Duplex): Transport => ({
+    open: () => undefined,
+    send: (event) => {
+      ws.send(socketFrame(event))
+      return ws.bufferedAmount < sendBuffer
+    },
+    reset: (problem, cursor) => {
+      ws.send(JSON.stringify({ type: "reset", event_id: cursor, reason: problem }))
+      return ws.bufferedAmount < sendBuffer
+    },
+    whenDrained: (f, stalled) => {
+      const timer = setTimeout(() => {
+        socket.off("drain", drained)
+        stalled()
+      }, deadlineMs)
+      const drained = () => {
+        if (ws.bufferedAmount >= sendBuffer) return void socket.once("drain", drained)
+        clearTimeout(timer)
+        f()
+      }
+      socket.once("drain", drained)
+      ws.once("close", () => clearTimeout(timer))
+    },
+    close: (reason) => {
+      if (reason === "overflow" || reason === "stalled") ws.terminate()
+      else ws.close(reason === "shutdown" ? 1001 : 1012, reason)
+    }
+  })
+
+  const serve = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const url = new URL(req.url ?? "/", "http://gateway")
+    run(
+      authorizeStream(req, url).pipe(
+        Effect.flatMap((request) =>
+          Effect.async<WebSocket>((resume) => wss.handleUpgrade(req, socket, head, (ws) => resume(Effect.succeed(ws))))
+            .pipe(Effect.flatMap((ws) => {
+              alive.set(ws, true)
+              ws.on("pong", () => alive.set(ws, true))
+              ws.on("message", () => undefined) // nothing to act on; oversized frames are refused by the limit
+              const connected = gateway.connect(request, transportOf(ws, socket)).pipe(
+                Effect.tap((onClosed) =>
+                  Effect.sync(() => {
+                    if (ws.readyState === ws.CLOSED) run(onClosed)
+                    else ws.once("close", () => run(onClosed))
+                  })
+                ),
+                Effect.catchTags({
+                  ProjectNotFound: () => Effect.sync(() => ws.close(4404, "project not found")),
+                  TooManyConnections: (e) => Effect.sync(() => ws.close(4429, e.message)),
+                  StorageUnavailable: () => Effect.sync(() => ws.close(1013, "try again later"))
+                })
+              )
+              ws.once("close", () => alive.delete(ws))
+              return connected
+            }))
+        ),
+        Effect.catchTag("StreamRefused", (e) => Effect.sync(() => refuseUpgrade(socket, e.status, e.message))),
+        Effect.catchAllCause((cause) =>
+          Effect.logError("WebSocket stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => socket.destroy())))
+        )
+      )
+    )
+  }
+
+  yield* routes.upgrade((path) => EVENTS_PATH.test(path) && path.endsWith("/ws"), serve)
+
+  yield* Effect.sync(() => {
+    for (const [ws, answered] of alive) {
+      if (!answered) {
+        ws.terminate()
+        continue
+      }
+      alive.set(ws, false)
+      ws.ping()
+    }
+  }).pipe(Effect.zipRight(Effect.sleep(pingEvery)), Effect.forever, Effect.forkScoped)
+
+  yield* Effect.addFinalizer(() =>
+    Effect.sync(() => {
+      alive.forEach((_, ws) => ws.close(1001, "shutdown"))
+      wss.close()
+    })
+  )
+}))

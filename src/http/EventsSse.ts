@@ -1,0 +1,132 @@
+import { Config, Duration, Effect, FiberSet, Layer } from "effect"
+import type { IncomingMessage, ServerResponse } from "node:http"
+import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
+import type { CursorProblem, EventLog, StreamEvent } from "../persistence/EventLog.js"
+import { OriginPolicy, TokenSigner } from "./Auth.js"
+import { RawRoutes } from "./RawRoutes.js"
+import { authorizeStream, EVENTS_PATH } from "./StreamAuth.js"
+
+/** The SSE frame of an event: built once per event, whatever the number of clients it goes to. */
+const frames = new WeakMap<StreamEvent, string>()
+export const sseFrame = (event: StreamEvent): string => {
+  let frame = frames.get(event)
+  if (frame === undefined) {
+    frame = `id: ${event.cursor}\nevent: task.status\ndata: ${JSON.stringify(event.payload)}\n\n`
+    frames.set(event, frame)
+  }
+  return frame
+}
+
+const resetFrame = (problem: CursorProblem, cursor: string) =>
+  `id: ${cursor}\nevent: reset\ndata: ${JSON.stringify({ reason: problem, cursor })}\n\n`
+
+/** An answer before the stream opened: a status and a JSON error, like the API's. */
+export const refuseHttp = (res: ServerResponse, status: number, tag: string, message: string, retryAfter?: number) => {
+  if (res.headersSent) return void res.destroy()
+  const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" }
+  if (retryAfter !== undefined) headers["retry-after"] = String(retryAfter)
+  res.writeHead(status, headers).end(JSON.stringify({ _tag: tag, message }))
+}
+
+const SSE_HEADERS = {
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache, no-transform",
+  connection: "keep-alive",
+  "x-accel-buffering": "no"
+}
+
+/**
+ * `GET /v1/projects/{project}/events`: Server-Sent Events (seed 12.5.6, 12.9.3). `retry:` on open, a comment
+ * heartbeat every SSE_HEARTBEAT (15 s; load balancer idle timeouts must be longer), and a per-write deadline
+ * (SSE_WRITE_DEADLINE, 10 s): a client that stops reading is closed, never waited for.
+ */
+export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
+  const routes = yield* RawRoutes
+  const gateway = yield* EventGateway
+  const heartbeat = yield* Config.duration("SSE_HEARTBEAT").pipe(Config.withDefault(Duration.seconds(15)))
+  const deadline = yield* Config.duration("SSE_WRITE_DEADLINE").pipe(Config.withDefault(Duration.seconds(10)))
+  const retryMs = yield* Config.integer("SSE_RETRY_MS").pipe(Config.withDefault(3000))
+  const deadlineMs = Duration.toMillis(deadline)
+  const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
+  const open = new Set<ServerResponse>()
+  const blocked = new WeakSet<ServerResponse>()
+
+  const transportOf = (res: ServerResponse): Transport => {
+    const close = (reason: CloseReason) => {
+      // a client that reads gets a clean end; one that does not is cut off (its unread data is lost: it resumes)
+      if (reason === "overflow" || reason === "stalled") res.destroy()
+      else res.end()
+    }
+    return {
+      open: () => {
+        res.writeHead(200, SSE_HEADERS)
+        res.write(`retry: ${retryMs}\n\n`)
+        open.add(res)
+      },
+      send: (event) => res.write(sseFrame(event)),
+      reset: (problem, cursor) => res.write(resetFrame(problem, cursor)),
+      whenDrained: (f, stalled) => {
+        blocked.add(res)
+        const timer = setTimeout(() => {
+          res.off("drain", drained)
+          stalled()
+        }, deadlineMs)
+        const drained = () => {
+          clearTimeout(timer)
+          blocked.delete(res)
+          f()
+        }
+        res.once("drain", drained)
+        res.once("close", () => clearTimeout(timer))
+      },
+      close
+    }
+  }
+
+  const serve = (req: IncomingMessage, res: ServerResponse) => {
+    if (req.method !== "GET") {
+      res.setHeader("allow", "GET")
+      return refuseHttp(res, 405, "MethodNotAllowed", "use GET")
+    }
+    req.socket.setNoDelay(true)
+    const url = new URL(req.url ?? "/", "http://gateway")
+    const transport = transportOf(res)
+    let closed: Effect.Effect<void> | undefined
+    const fiber = run(
+      authorizeStream(req, url).pipe(
+        Effect.flatMap((request) => gateway.connect(request, transport)),
+        Effect.tap((onClosed) =>
+          Effect.sync(() => {
+            if (res.destroyed || res.writableEnded) run(onClosed)
+            else closed = onClosed
+          })
+        ),
+        Effect.catchTags({
+          StreamRefused: (e) => Effect.sync(() => refuseHttp(res, e.status, e._tag, e.message, e.retryAfterSeconds)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseHttp(res, 404, e._tag, e.message)),
+          TooManyConnections: (e) => Effect.sync(() => refuseHttp(res, 429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseHttp(res, 503, e._tag, e.message))
+        }),
+        Effect.catchAllCause((cause) =>
+          Effect.logError("SSE stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => res.destroy())))
+        )
+      )
+    )
+    res.once("close", () => {
+      open.delete(res)
+      if (closed !== undefined) run(closed)
+      else fiber.unsafeInterruptAsFork(fiber.id())
+    })
+  }
+
+  yield* routes.request((path) => EVENTS_PATH.test(path) && !path.endsWith("/ws"), serve)
+
+  // one timer for every client: a comment line keeps proxies from timing the stream out and finds dead peers
+  yield* Effect.sync(() => {
+    const ping = `: ping ${Math.floor(Date.now() / 1000)}\n\n`
+    for (const res of open) if (!blocked.has(res)) res.write(ping)
+  }).pipe(Effect.zipRight(Effect.sleep(heartbeat)), Effect.forever, Effect.forkScoped)
+
+  // shutting down: end every stream so that its client reconnects (to another runner) and resumes by cursor
+  yield* Effect.addFinalizer(() => Effect.sync(() => open.forEach((res) => res.end())))
+}))

@@ -1,0 +1,75 @@
+import { HttpApiBuilder, HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Effect, Option } from "effect"
+import { EventLog } from "../persistence/EventLog.js"
+import { ProjectNotFound, Unauthorized } from "../schema/errors.js"
+import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
+import { ControlPlaneApi } from "./Api.js"
+import { canSee, Principal, SESSION_COOKIE, TokenSigner } from "./Auth.js"
+import { SessionView, StreamToken } from "./SessionApi.js"
+
+/** The development tenant and project the live page signs in as when no AUTH_SECRET is configured. */
+export const DEV_TENANT = "00000000-0000-4000-8000-00000000d001" as TenantId
+export const DEV_PROJECT = "00000000-0000-4000-8000-00000000d0a1" as ProjectId
+const DEV_USER = "00000000-0000-4000-8000-00000000d0b1" as UserId
+
+const STREAM_TOKEN_TTL = 60
+const SESSION_TTL = 12 * 3600
+
+/** Secure cookies, except on plain-HTTP loopback (the development set-up), where browsers would drop them. */
+const setSession = (token: string) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const host = request.headers["host"] ?? ""
+    const loopback = /^(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/.test(host)
+    return HttpApp.appendPreResponseHandler((_req, response) =>
+      Effect.orDie(HttpServerResponse.setCookie(response, SESSION_COOKIE, token, {
+        httpOnly: true,
+        sameSite: "strict",
+        secure: !loopback,
+        path: "/",
+        maxAge: `${SESSION_TTL} seconds`
+      }))
+    )
+  })
+
+const view = (p: Principal["Type"], development: boolean) =>
+  new SessionView({ tenant_id: p.tenantId, user_id: p.userId, projects: p.projects, development })
+
+export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", (handlers) =>
+  Effect.gen(function*() {
+    const signer = yield* TokenSigner
+    const log = yield* EventLog
+    return handlers
+      .handle("open", () =>
+        Effect.gen(function*() {
+          const request = yield* HttpServerRequest.HttpServerRequest
+          const bearer = /^Bearer (\S+)$/i.exec(request.headers["authorization"] ?? "")
+          if (bearer === null) return yield* Effect.dieMessage("session: authenticated without a bearer token")
+          yield* setSession(bearer[1]!)
+          return view(yield* Principal, signer.development)
+        }))
+      .handle("current", () => Effect.map(Principal, (p) => view(p, signer.development)))
+      .handle("streamToken", ({ path }) =>
+        Effect.gen(function*() {
+          const principal = yield* Principal
+          if (!canSee(principal, path.project)) return yield* new ProjectNotFound({ projectId: path.project })
+          const head = yield* log.open(principal.tenantId, path.project)
+          if (Option.isNone(head)) return yield* new ProjectNotFound({ projectId: path.project })
+          const token = yield* signer.signStream(principal, path.project, STREAM_TOKEN_TTL)
+          return new StreamToken({ token, expires_in: STREAM_TOKEN_TTL })
+        }))
+      .handle("close", () =>
+        HttpApp.appendPreResponseHandler((_req, response) =>
+          Effect.orDie(HttpServerResponse.expireCookie(response, SESSION_COOKIE, { path: "/" }))
+        ))
+      .handle("development", () =>
+        Effect.gen(function*() {
+          if (!signer.development) {
+            return yield* new Unauthorized({ message: "development sessions are off (AUTH_SECRET is set)" })
+          }
+          const principal = { tenantId: DEV_TENANT, userId: DEV_USER, projects: [DEV_PROJECT] }
+          yield* setSession(
+            yield* signer.sign({ tenant_id: DEV_TENANT, sub: DEV_USER, projects: [DEV_PROJECT] }, SESSION_TTL)
+          )
+          return view(principal, true)
+        }))
+  }))

@@ -1,0 +1,98 @@
+import { SqlClient } from "@effect/sql"
+import { Context, Effect, Layer, Option } from "effect"
+import * as Bus from "../../src/bus/NotificationBus.js"
+import { makeChange } from "../../src/entities/transition.js"
+import { TokenSigner } from "../../src/http/Auth.js"
+import { TaskStore } from "../../src/persistence/TaskStore.js"
+import { layerMemory as queueMemory } from "../../src/queue/MemoryQueue.js"
+import * as Redis from "../../src/redis/Redis.js"
+import { layerPropagationWith } from "../../src/runners/Propagation.js"
+import type { ProjectId, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
+import type { Stage, TaskStatus } from "../../src/schema/task.js"
+import { layerTestDatabase } from "./database.js"
+import { layerTestRunner, quietLogs } from "./runner.js"
+import { layerRunnerHttp } from "./simulator.js"
+import { startTcpProxy } from "./tcpProxy.js"
+
+/** Like DATABASE_URL: without REDIS_URL the gateway tests are skipped locally, and must not be in CI. */
+export const redisUrl = process.env.REDIS_URL
+if (redisUrl === undefined && process.env.CI === "true") {
+  throw new Error("CI=true but REDIS_URL is unset: the event stream tests must not be skipped in CI")
+}
+
+/** A TCP proxy in front of Redis, so a test can cut the bus off (a Redis outage) without stopping Redis. */
+export class RedisProxy extends Context.Tag("RedisProxy")<RedisProxy, Awaited<ReturnType<typeof startTcpProxy>>>() {}
+
+const layerRedisProxy = Layer.scoped(
+  RedisProxy,
+  Effect.acquireRelease(
+    Effect.promise(() => {
+      const target = new URL(redisUrl!)
+      return startTcpProxy(Number(target.port || 6379), target.hostname)
+    }),
+    (proxy) => Effect.promise(() => proxy.close())
+  )
+)
+
+/**
+ * A runner with its HTTP server on `httpPort`, propagation on the in-process queue and the real Redis bus (through
+ * the proxy, under a key prefix of its own), on a fresh database.
+ */
+export const layerStreamRunner = (httpPort: number) => {
+  const prefix = `test-${crypto.randomUUID().slice(0, 8)}:`
+  const bus = Bus.layerRedis.pipe(
+    Layer.provide(
+      Layer.unwrapEffect(Effect.map(RedisProxy, (p) => Redis.layer(`redis://127.0.0.1:${p.port}`, prefix)))
+    ),
+    // the same layer value as below: built once, so the test's RedisProxy is the bus's
+    Layer.provide(layerRedisProxy)
+  )
+  return layerRunnerHttp(httpPort).pipe(
+    Layer.provideMerge(layerTestRunner(layerTestDatabase(16), { propagation: layerPropagationWith(queueMemory, bus) })),
+    Layer.provideMerge(layerRedisProxy),
+    Layer.provide(quietLogs)
+  )
+}
+
+export const TENANT = "00000000-0000-4000-8000-0000000000a1" as TenantId
+export const OTHER_TENANT = "00000000-0000-4000-8000-0000000000b2" as TenantId
+
+/** A bearer token for `tenant`, scoped to `projects` ("*" by default). */
+export const tokenFor = (
+  options: { readonly tenant?: TenantId; readonly projects?: ReadonlyArray<ProjectId> | "*"; readonly user?: string } =
+    {}
+) =>
+  Effect.flatMap(TokenSigner, (signer) =>
+    signer.sign({
+      tenant_id: options.tenant ?? TENANT,
+      sub: (options.user ?? crypto.randomUUID()) as UserId,
+      projects: options.projects ?? "*"
+    }))
+
+/**
+ * Commits one change of a task straight through the store (the entity's own commit path): a new version, a new
+ * event and outbox row, with whatever status and stage (no transition rules: a test of delivery, not of states).
+ */
+export const commitChange = (
+  taskId: TaskId,
+  target: { readonly status: TaskStatus; readonly stage: Stage; readonly progress: number | null }
+) =>
+  Effect.gen(function*() {
+    const store = yield* TaskStore
+    for (;;) {
+      const state = Option.getOrThrow(yield* store.load(taskId))
+      const change = makeChange(state.task, state.attempt, { ...target, errorCode: null }, new Date(), {
+        source: "poll",
+        traceId: "trace"
+      })
+      const res = yield* store.commit(state.task, change)
+      if (res._tag === "Committed") return res.task
+    }
+  }).pipe(Effect.orDie)
+
+/** Every event of a project in PostgreSQL after `afterSeq`: what a client must have received. */
+export const storedEvents = (projectId: string, afterSeq: number) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ cursor_seq: number; task_id: string; task_version: number }>`
+      SELECT cursor_seq, task_id, task_version FROM task_events
+      WHERE project_id = ${projectId} AND cursor_seq > ${afterSeq} ORDER BY cursor_seq`).pipe(Effect.orDie)
