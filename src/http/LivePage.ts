@@ -17,6 +17,7 @@ const page = `<!DOCTYPE html>
     #connection[data-state="reconnecting"] { background: #ffe6a8; }
     #connection[data-state="paused"] { background: #ffc9c9; }
     form { margin: 1rem 0; display: flex; gap: .5rem; flex-wrap: wrap; }
+    form[hidden] { display: none; }
     table { border-collapse: collapse; min-width: 720px; }
     td, th { padding: 4px 10px; border-bottom: 1px solid #eee; text-align: left; }
     .id { font-family: monospace; }

@@ -34,6 +34,7 @@ import { ProviderRegistry } from "../providers/ProviderRegistry.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
 import * as Redis from "../redis/Redis.js"
 import { layerCluster } from "./Cluster.js"
+import { EventRetentionLive } from "./EventRetention.js"
 import { layerPropagationFromEnv } from "./Propagation.js"
 import { ReconcilersLive } from "./Reconcilers.js"
 import { RunnerConfig } from "./RunnerConfig.js"
@@ -72,14 +73,15 @@ export const layerLifecycleDisabled = Layer.succeed(TaskLifecycle, TaskLifecycle
 
 /**
  * A cluster runner hosting GenerationTask entities (each with its lifecycle), the clients that talk to them, the
- * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay) and the notification dispatcher.
+ * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay, event retention) and the notification
+ * dispatcher.
  */
 export const layerRunnerWith = <E, R, A2, E2, R2>(
   c: RunnerConfig,
   lifecycle: Layer.Layer<TaskLifecycle, E, R>,
   propagation: Layer.Layer<A2, E2, R2>
 ) =>
-  Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive, propagation).pipe(
+  Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive, EventRetentionLive, propagation).pipe(
     Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
     Layer.provideMerge(layerCluster(c)),
     Layer.provide(lifecycle)
