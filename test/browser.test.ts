@@ -118,5 +118,48 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
         }
         expect(consoleErrors).toEqual([])
       }).pipe(Effect.scoped))
+
+    it.effect("when the stream keeps failing it says \"live updates paused\", polls snapshots, and resumes by cursor", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 1500, outcomes: { succeeded: 1, failed: 0, canceled: 0 } })
+        const browser = yield* Effect.acquireRelease(
+          Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] })),
+          (b) => Effect.promise(() => b.close())
+        )
+        const page = yield* Effect.promise(() => browser.newPage())
+        yield* Effect.promise(() => page.goto(`${platform}/`))
+        const waitFor = (selector: string, timeout = 30_000) =>
+          Effect.promise(() => page.waitForSelector(selector, { timeout }))
+        yield* waitFor(`#connection[data-state="live"]`)
+        // every stream request now fails (a proxy that drops long-lived connections, say); snapshots still work
+        yield* Effect.promise(() => page.route("**/events*", (route) => route.abort()))
+        const before = yield* Effect.promise(() => page.locator("tr[data-task-id]").count())
+        // the open stream fails too (as when its connection drops): the client reconnects, and keeps failing
+        yield* Effect.promise(() =>
+          page.evaluate(() => {
+            const client = (window as unknown as { liveClient: { source: EventSource | null } }).liveClient
+            client.source?.dispatchEvent(new Event("error"))
+          })
+        )
+        yield* waitFor(`#connection[data-state="paused"]`, 30_000)
+        yield* Effect.promise(async () => {
+          await page.selectOption("#provider", "openai")
+          await page.fill("#count", "1")
+          await page.click("#create-button")
+        })
+        // the snapshot poll (every 10–30 s) brings the new task to ready without any stream
+        yield* Effect.promise(() =>
+          page.waitForFunction(
+            (n) =>
+              document.querySelectorAll("tr[data-task-id]").length === n + 1 &&
+              document.querySelector("tr[data-task-id]")!.getAttribute("data-status") === "ready",
+            before,
+            { timeout: 45_000 }
+          )
+        )
+        yield* Effect.promise(() => page.unroute("**/events*"))
+        yield* waitFor(`#connection[data-state="live"]`, 60_000)
+      }).pipe(Effect.scoped))
   })
 })

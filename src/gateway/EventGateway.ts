@@ -116,8 +116,9 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
 
     const replay = (conn: Connection, projectId: string) =>
       log.replay(projectId, conn.lastSeq).pipe(
+        Stream.takeWhile(() => !conn.closed),
         Stream.runForEach((event) =>
-          conn.closed || conn.write(event)
+          conn.write(event)
             ? Effect.void
             : Effect.async<void>((resume) =>
               conn.transport.whenDrained(() => resume(Effect.void), () => {

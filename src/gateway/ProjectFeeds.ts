@@ -31,6 +31,8 @@ const eventOfMessage = (payload: string): { epoch: number; event: StreamEvent } 
   }
 }
 
+const MAX_PENDING = 10_000
+
 type Command =
   | { readonly _tag: "Message"; readonly payload: string }
   | { readonly _tag: "Fill" }
@@ -74,7 +76,8 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
     const accept = (feed: Feed, event: StreamEvent) => {
       if (event.seq <= feed.seq) return
       if (event.seq !== feed.seq + 1) {
-        feed.pending.set(event.seq, event)
+        // held until the missing one arrives or is read; bounded: past the cap the fill reads them all again
+        if (feed.pending.size < MAX_PENDING) feed.pending.set(event.seq, event)
         if (feed.holeTimer === undefined) {
           feed.holeTimer = setTimeout(() => {
             feed.holeTimer = undefined
@@ -104,12 +107,13 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
         Effect.catchAll((e) => Effect.logWarning("feed: reading missed events failed", e))
       )
 
+    // runs on the feed's own fiber, which closing its scope interrupts: close from outside it
     const lose = (feed: Feed) =>
       Effect.sync(() => {
-        feeds.delete(feed.projectId)
+        if (feeds.get(feed.projectId) === feed) feeds.delete(feed.projectId)
         for (const listener of feed.listeners) listener.lost()
         feed.listeners.clear()
-      }).pipe(Effect.zipRight(Scope.close(feed.scope, Exit.void)))
+      }).pipe(Effect.zipRight(Effect.forkDaemon(Scope.close(feed.scope, Exit.void))))
 
     const handle = (feed: Feed) => (command: Command) => {
       if (command._tag === "Fill") return fill(feed)

@@ -1,12 +1,12 @@
-import { Config, Duration, Effect, FiberSet, Layer } from "effect"
+import { Config, Duration, Effect, FiberSet, Layer, Option } from "effect"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
-import type { EventLog, StreamEvent } from "../persistence/EventLog.js"
+import { EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import type { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
-import { authorizeStream, EVENTS_PATH } from "./StreamAuth.js"
+import { authorizeStream, EVENTS_PATH, StreamRefused } from "./StreamAuth.js"
 
 const frames = new WeakMap<StreamEvent, string>()
 /** The WebSocket message of an event (DESIGN §7), built once per event. */
@@ -20,7 +20,13 @@ export const socketFrame = (event: StreamEvent): string => {
   return frame
 }
 
-const reasons: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found" }
+const reasons: Record<number, string> = {
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  503: "Service Unavailable"
+}
 
 /** Refuses an upgrade with a plain HTTP answer (the socket never becomes a WebSocket). */
 const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
@@ -41,6 +47,7 @@ const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
 export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const routes = yield* RawRoutes
   const gateway = yield* EventGateway
+  const log = yield* EventLog
   const maxFrame = yield* Config.integer("WS_MAX_FRAME").pipe(Config.withDefault(4096))
   const pingEvery = yield* Config.duration("WS_PING_INTERVAL").pipe(Config.withDefault(Duration.seconds(15)))
   const deadline = yield* Config.duration("SSE_WRITE_DEADLINE").pipe(Config.withDefault(Duration.seconds(10)))
@@ -83,12 +90,25 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
     const url = new URL(req.url ?? "/", "http://gateway")
     run(
       authorizeStream(req, url).pipe(
+        // another tenant's project is refused with 404 before the upgrade, like SSE
+        Effect.tap((request) =>
+          Effect.flatMap(
+            log.open(request.tenantId, request.projectId),
+            (head) =>
+              Option.isNone(head)
+                ? Effect.fail(new StreamRefused({ status: 404, message: "project not found" }))
+                : Effect.void
+          )
+        ),
         Effect.flatMap((request) =>
           Effect.async<WebSocket>((resume) => wss.handleUpgrade(req, socket, head, (ws) => resume(Effect.succeed(ws))))
             .pipe(Effect.flatMap((ws) => {
               alive.set(ws, true)
               ws.on("pong", () => alive.set(ws, true))
               ws.on("message", () => undefined) // nothing to act on; oversized frames are refused by the limit
+              // a protocol violation (oversized frame, bad UTF-8): ws has closed it with 1009/1007; an "error" event
+              // without a listener would throw and take the whole runner down
+              ws.on("error", (e) => run(Effect.logWarning("WebSocket client broke the protocol", e.message)))
               const connected = gateway.connect(request, transportOf(ws, socket)).pipe(
                 Effect.tap((onClosed) =>
                   Effect.sync(() => {
@@ -106,7 +126,10 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
               return connected
             }))
         ),
-        Effect.catchTag("StreamRefused", (e) => Effect.sync(() => refuseUpgrade(socket, e.status, e.message))),
+        Effect.catchTags({
+          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, e.status, e.message)),
+          StorageUnavailable: () => Effect.sync(() => refuseUpgrade(socket, 503, "the database is unavailable"))
+        }),
         Effect.catchAllCause((cause) =>
           Effect.logError("WebSocket stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => socket.destroy())))
         )

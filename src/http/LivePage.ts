@@ -39,7 +39,7 @@ const page = `<!DOCTYPE html>
   </form>
   <form id="create">
     <select id="provider">
-      <option>runway</option><option>openai</option><option>replicate</option><option>fal</option>
+      <option>openai</option><option>runway</option><option>replicate</option><option>fal</option>
       <option>luma</option><option>veo</option>
     </select>
     <input id="prompt" size="40" placeholder="a cat surfing at sunset" />
