@@ -30,7 +30,14 @@ export const startRunnerProcess = async (
   const [httpPort, runnerPort] = [await freePort(), await freePort()]
   const output = options.output ?? "inherit"
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--import", "tsx", "src/runners/main.ts"], {
-    env: { ...process.env, HTTP_PORT: String(httpPort), RUNNER_PORT: String(runnerPort), LOG_LEVEL: "ERROR", ...env },
+    env: {
+      ...process.env,
+      HTTP_PORT: String(httpPort),
+      RUNNER_PORT: String(runnerPort),
+      LOG_LEVEL: "ERROR",
+      EMBEDDED_SIMULATOR: "false",
+      ...env
+    },
     stdio: ["ignore", output, output]
   })
   for (let i = 0; i < 240; i++) {

@@ -68,8 +68,9 @@ interface Offered {
   readonly accepted: boolean
   readonly sizeBefore: number
   readonly sizeAfter: number
-  /** the task's latest event queued when it was offered */
-  readonly latestQueued: StreamEvent | undefined
+  /** what the buffer held when it was offered, and after */
+  readonly before: ReadonlyArray<StreamEvent>
+  readonly after: ReadonlyArray<StreamEvent>
 }
 
 /** Turns the ops into events (per task increasing versions, globally increasing seq), runs them, records all. */
@@ -84,15 +85,12 @@ const simulate = (capacity: number, ops: ReadonlyArray<Op>) => {
   let seq = 100
   const offers: Array<Offered> = []
   const takes: Array<{ readonly out: Array<StreamEvent>; readonly acceptedSince: Array<StreamEvent> }> = []
-  // the model of the buffer's content as seen from outside: only what takeAll later shows is checked against it
   let acceptedSince: Array<StreamEvent> = []
-  let queued: Array<StreamEvent> = []
   const take = () => {
     const out = buffer.takeAll()
     expect(buffer.size).toBe(0)
     takes.push({ out, acceptedSince })
     acceptedSince = []
-    queued = []
   }
   for (const op of ops) {
     if (op._tag === "take") {
@@ -123,22 +121,16 @@ const simulate = (capacity: number, ops: ReadonlyArray<Op>) => {
         error_code: null
       }
     }
-    const sizeBefore = buffer.size
-    const latestQueued = queued.filter((e) => e.payload.task_id === event.payload.task_id).at(-1)
+    const before = buffer.toArray()
     const accepted = buffer.offer(event)
-    offers.push({ event, accepted, sizeBefore, sizeAfter: buffer.size, latestQueued })
-    if (accepted) {
-      acceptedSince.push(event)
-      // what the buffer must now hold, per its contract: the superseded update (if any) gone, the event last
-      queued = queued.filter((e) => e !== latestQueued || !sameKind(e, event)).concat(event)
-    }
+    offers.push({ event, accepted, sizeBefore: before.length, sizeAfter: buffer.size, before, after: buffer.toArray() })
+    if (accepted) acceptedSince.push(event)
   }
   take()
   return { offers, takes }
 }
 
 const kindOf = (e: StreamEvent) => `${e.type}/${e.payload.status}/${e.payload.stage}`
-const sameKind = (a: StreamEvent, b: StreamEvent) => kindOf(a) === kindOf(b)
 
 const collapse = (kinds: ReadonlyArray<string>) => kinds.filter((k, i) => i === 0 || kinds[i - 1] !== k)
 const ofTask = (events: ReadonlyArray<StreamEvent>, task: TaskId) => events.filter((e) => e.payload.task_id === task)
@@ -185,15 +177,24 @@ describe("ConnectionBuffer: properties", () => {
   })
 
   it.prop(
-    "(b) offer is false only when the event could not be coalesced and the buffer is full",
+    "(b) every event is kept while there is room; refused only when full and nothing can be coalesced",
     [capacityArb, opsArb],
     ([capacity, ops]) => {
       const { offers } = simulate(capacity, ops)
       for (const o of offers) {
-        const coalescible = o.latestQueued !== undefined && sameKind(o.latestQueued, o.event)
-        expect(o.accepted).toBe(coalescible || o.sizeBefore < capacity)
-        // refused: nothing changed; coalesced: no new slot; otherwise one new slot
-        expect(o.sizeAfter).toBe(!o.accepted || coalescible ? o.sizeBefore : o.sizeBefore + 1)
+        if (o.sizeBefore < capacity) {
+          expect(o.accepted).toBe(true)
+          expect(o.sizeAfter).toBe(o.sizeBefore + 1)
+          continue
+        }
+        // full: something was coalesced to make room, or no task had two consecutive updates of one kind
+        const withNew = [...o.before, o.event]
+        const droppable = taskIds.some((task) => {
+          const kinds = ofTask(withNew, task).map(kindOf)
+          return kinds.length !== collapse(kinds).length
+        })
+        expect(o.accepted).toBe(droppable)
+        if (!o.accepted) expect(o.after).toEqual(o.before)
       }
     }
   )
@@ -245,47 +246,19 @@ describe("ConnectionBuffer: properties", () => {
   )
 
   it.prop(
-    "(f) progress-only updates of one task never take more than one slot",
+    "(f) nothing is coalesced away unless the buffer filled up; when it did, a task keeps no superseded update",
     [capacityArb, opsArb],
     ([capacity, ops]) => {
-      const { takes } = simulate(capacity, ops)
-      // within one buffer's content, a task never has two consecutive updates of the same kind
-      for (const { out } of takes) {
+      const { offers, takes } = simulate(capacity, ops)
+      for (const { acceptedSince, out } of takes) {
+        if (acceptedSince.length <= capacity) expect(out).toEqual(acceptedSince)
+      }
+      // an offer that found the buffer full compacted it: no task keeps an update a later one supersedes
+      for (const o of offers.filter((o) => o.sizeBefore === capacity && o.accepted)) {
         for (const task of taskIds) {
-          const kinds = ofTask(out, task).map(kindOf)
+          const kinds = ofTask(o.after, task).map(kindOf)
           expect(kinds).toEqual(collapse(kinds))
         }
-      }
-    }
-  )
-
-  it.prop(
-    "(f) a run of progress updates of one task adds at most one slot, and all of it is accepted once one is",
-    [
-      capacityArb,
-      fc.array(opArb.filter((op) => op._tag === "offer"), { maxLength: 20 }),
-      fc.nat(taskIds.length - 1),
-      fc.integer({ min: 1, max: 30 })
-    ],
-    ([capacity, prefix, task, runLength]) => {
-      const run: Array<Op> = Array.from({ length: runLength }, (_, i) => ({
-        _tag: "offer" as const,
-        task,
-        change: { _tag: "progress" as const, progress: i % 101 }
-      }))
-      const { offers, takes } = simulate(capacity, [...prefix, ...run])
-      const runOffers = offers.slice(prefix.length)
-      expect(runOffers).toHaveLength(runLength)
-      expect(runOffers.at(-1)!.sizeAfter - runOffers[0]!.sizeBefore).toBeLessThanOrEqual(1)
-      const firstAccepted = runOffers.findIndex((o) => o.accepted)
-      if (firstAccepted !== -1) {
-        expect(runOffers.slice(firstAccepted).every((o) => o.accepted)).toBe(true)
-        // exactly one of the run is left: its last
-        const left = takes.at(-1)!.out.filter((e) => runOffers.some((o) => o.event === e))
-        expect(left).toEqual([runOffers.at(-1)!.event])
-      } else {
-        // refused from the start: the buffer was full and the task's latest queued update was of another kind
-        expect(runOffers.every((o) => o.sizeBefore === capacity)).toBe(true)
       }
     }
   )

@@ -3,6 +3,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import * as net from "node:net"
 import { NotificationBus } from "../src/bus/NotificationBus.js"
+import { TaskClient } from "../src/entities/TaskClient.js"
 import { EventGateway } from "../src/gateway/EventGateway.js"
 import { EventLog } from "../src/persistence/EventLog.js"
 import type { ProjectId, TaskId } from "../src/schema/ids.js"
@@ -20,7 +21,7 @@ import {
   TENANT,
   tokenFor
 } from "./support/streams.js"
-import { admitTask, uuid } from "./support/tasks.js"
+import { admitTask, observation, uuid } from "./support/tasks.js"
 
 Object.assign(process.env, {
   SSE_HEARTBEAT: "300 millis",
@@ -141,6 +142,27 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
           )
         }
         expect(client.body()).not.toMatch(/https?:|provider_task|secret|token|tenant|attempt/)
+        client.close()
+      }))
+
+    it.effect("what providers say stays inside: no raw errors, provider ids or output URLs reach the stream", () =>
+      Effect.gen(function*() {
+        const projectId = uuid() as ProjectId
+        const token = yield* tokenFor()
+        const succeeded = yield* admitTask({ projectId, tenantId: TENANT })
+        const failed = yield* admitTask({ projectId, tenantId: TENANT })
+        const client = yield* openSse(eventsUrl(projectId), bearer(token))
+        const tasks = yield* TaskClient
+        // the observations carry a pre-signed output URL with a token, a provider job id and a raw error code
+        for (const [t, status] of [[succeeded, "running"], [succeeded, "succeeded"], [failed, "failed"]] as const) {
+          yield* tasks.send(t.taskId, (c) => c.Observe(observation(t.attemptId, status)))
+        }
+        yield* until("three events", () => payloads(client).length >= 3)
+        const body = client.body()
+        expect(body).not.toMatch(/provider\.example|token=|RAW_PROVIDER_ERROR|job-/)
+        const last = payloads(client).filter((e) => e.task_id === failed.taskId).at(-1)!
+        expect(last.status).toBe("failed")
+        expect(last.error_code).toMatch(/^[a-z_]+$/) // a stable product code
         client.close()
       }))
 
@@ -294,6 +316,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
           `GET /v1/projects/${projectId}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n\r\n`
         )
         yield* until("both streams open", () => sleeper.isPaused(), Duration.seconds(5))
+        const openBefore = (yield* gateway.stats).open
         yield* Effect.sleep(Duration.millis(200))
         // A flood of status changes (never coalesced) through the real Redis bus, as the dispatcher publishes
         // them: 20,000 frames, ~4.6 MB, more than the kernel buffers of a sleeping socket here (2.7–4 MB) — a
@@ -320,7 +343,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
         }
         // cut off by the gateway (its write deadline or its buffer); the sleeper learns it once it reads again
         yield* until("the sleeper is cut off", () => Effect.runSync(gateway.stats).slowClientDisconnects > before)
-        expect((yield* gateway.stats).open).toBe(1)
+        expect((yield* gateway.stats).open).toBe(openBefore - 1)
         sleeper.resume()
         yield* until("the sleeper sees its stream end", () => sleeperClosed, Duration.seconds(15))
         yield* until("the reader has everything", () => payloads(reader).length >= FLOOD, Duration.seconds(30))

@@ -6,9 +6,15 @@ export interface Proc {
   readonly exited: Promise<number | null>
 }
 
-/** `npm start`'s program (src/runners/main.ts) as a child process with the given environment. */
+/**
+ * `npm start`'s program (src/runners/main.ts) as a child process with the given environment; without its embedded
+ * provider simulator unless `env` asks for it (several runners would all want its port).
+ */
 export const spawnRunner = (env: NodeJS.ProcessEnv): Proc => {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], { env, stdio: "pipe" })
+  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
+    env: { EMBEDDED_SIMULATOR: "false", ...env },
+    stdio: "pipe"
+  })
   let out = ""
   child.stdout!.on("data", (d) => (out += d))
   child.stderr!.on("data", (d) => (out += d))

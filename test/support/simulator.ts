@@ -20,18 +20,6 @@ export const layerSim = (simPort: number, platform: string | null) =>
     })
   ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })))
 
-/** The runner's settings for talking to the simulator (and receiving its webhooks) on these addresses. */
-export const simulatorEnv = (platform: string, sim: string, providers: ReadonlyArray<string>) => ({
-  OPENAI_WEBHOOK_SECRET: devSecret("openai"),
-  REPLICATE_WEBHOOK_SECRET: devSecret("replicate"),
-  CALLBACK_TOKEN_SECRET: "test-callback-secret",
-  FAL_USER_ID: "sim-user",
-  FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
-  PUBLIC_BASE_URL: platform,
-  INBOX_SWEEP_INTERVAL: "200 millis",
-  ...Object.fromEntries(providers.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
-})
-
 /** The runner's HTTP API and webhook gateway on `httpPort`. */
 export const layerRunnerHttp = (httpPort: number) =>
   Layer.unwrapEffect(Effect.map(runnerConfig({ HTTP_PORT: String(httpPort) }), (c) => layerHttp(c)))
