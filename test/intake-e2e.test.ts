@@ -3,9 +3,10 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ProviderClients } from "../src/providers/ProviderClients.js"
+import { simulatorEnv } from "../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { freePort, layerTestRunner, quietLogs } from "./support/runner.js"
-import { layerRunnerHttp, layerSim, Sim, simulatorEnv } from "./support/simulator.js"
+import { layerRunnerHttp, layerSim, Sim } from "./support/simulator.js"
 import { admitTask } from "./support/tasks.js"
 
 const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePort]))

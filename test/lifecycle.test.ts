@@ -6,10 +6,11 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { TaskClient } from "../src/entities/TaskClient.js"
+import { simulatorEnv } from "../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { expectBalanced, ledgers, startTask, statuses, waitForStatus } from "./support/lifecycle.js"
 import { freePort, layerTestRunner, quietLogs } from "./support/runner.js"
-import { layerRunnerHttp, layerSim, Sim, simulatorEnv } from "./support/simulator.js"
+import { layerRunnerHttp, layerSim, Sim } from "./support/simulator.js"
 import { uuid } from "./support/tasks.js"
 
 const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
