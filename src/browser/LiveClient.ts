@@ -59,8 +59,19 @@ export class LiveClient {
 
   async start(): Promise<void> {
     this.options.onConnection("connecting")
-    await this.snapshot(true).catch(() => undefined)
+    await this.snapshotUntilDone(true)
     this.connect()
+  }
+
+  /** A snapshot the client cannot do without (first load, after a reset): retried with backoff until it works. */
+  private async snapshotUntilDone(takeCursor: boolean): Promise<void> {
+    for (let attempt = 0; !this.stopped; attempt++) {
+      try {
+        return await this.snapshot(takeCursor)
+      } catch {
+        await new Promise((r) => setTimeout(r, Math.random() * Math.min(30_000, 500 * 2 ** Math.min(attempt, 16))))
+      }
+    }
   }
 
   stop(): void {
@@ -135,7 +146,7 @@ export class LiveClient {
         // the cursor cannot be served: the stream goes on from its head, and a new snapshot covers the rest
         this.resets++
         this.cursor = (JSON.parse((e as MessageEvent<string>).data) as { cursor: string }).cursor
-        this.snapshot(false).catch(() => undefined)
+        void this.snapshotUntilDone(false)
       })
       source.onerror = () => {
         // EventSource would retry at a fixed interval by itself: close it and back off with jitter instead

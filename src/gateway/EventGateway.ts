@@ -38,6 +38,7 @@ export interface StreamRequest {
 class Connection implements FeedListener {
   lastSeq = 0
   live = false
+  holding = false
   blocked = false
   closed = false
   readonly buffer: ConnectionBuffer
@@ -53,6 +54,9 @@ class Connection implements FeedListener {
 
   deliver(event: StreamEvent): void {
     if (this.closed || event.seq <= this.lastSeq) return
+    // while replaying, the feed's events are read from PostgreSQL by the replay itself (it catches up with the
+    // feed before going live); only the last catch-up holds them, if the replay could not catch up alone
+    if (!this.live && !this.holding) return
     if (!this.live || this.blocked || this.buffer.size > 0) {
       if (!this.buffer.offer(event)) this.close("overflow")
       return
@@ -114,11 +118,16 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
     const capacity = yield* Config.integer("GATEWAY_CONNECTION_BUFFER").pipe(Config.withDefault(128))
     const stats = { open: 0, opened: 0, slowClientDisconnects: 0, resets: 0 }
 
-    const replay = (conn: Connection, projectId: string) =>
+    /**
+     * One pass over PostgreSQL from the connection's position to the stream's end, with backpressure. Sequences
+     * are gap-free, so a missing one means retention took it meanwhile: the pass stops with "expired".
+     */
+    const replayPass = (conn: Connection, projectId: string) =>
       log.replay(projectId, conn.lastSeq).pipe(
         Stream.takeWhile(() => !conn.closed),
-        Stream.runForEach((event) =>
-          conn.write(event)
+        Stream.runForEach((event) => {
+          if (event.seq > conn.lastSeq + 1) return Effect.fail("expired" as const)
+          return conn.write(event)
             ? Effect.void
             : Effect.async<void>((resume) =>
               conn.transport.whenDrained(() => resume(Effect.void), () => {
@@ -126,8 +135,27 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
                 resume(Effect.void)
               })
             )
-        )
+        })
       )
+
+    /**
+     * Replays until the connection has everything the feed has delivered, then goes live in the same synchronous
+     * step (no feed event can come in between). A stream that keeps moving faster than the passes catch up is
+     * handed over the classic way: the feed's events are held in the buffer during one last pass.
+     */
+    const catchUp = (conn: Connection, projectId: string, feedSeq: () => number) =>
+      Effect.gen(function*() {
+        for (let pass = 1; !conn.closed; pass++) {
+          if (pass > 3) conn.holding = true
+          yield* replayPass(conn, projectId)
+          const caughtUp = yield* Effect.sync(() => {
+            if (conn.closed || (conn.lastSeq < feedSeq() && !conn.holding)) return false
+            conn.goLive()
+            return true
+          })
+          if (caughtUp) return
+        }
+      })
 
     /**
      * Opens a stream for an authenticated client: resets a cursor that cannot be served, follows the project's
@@ -164,14 +192,19 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
         conn.lastSeq = request.after === undefined || problem !== null ? current.lastSeq : request.after.seq
         const followed = yield* Scope.extend(feeds.follow(request.projectId, conn), scope)
         if (followed.epoch !== current.epoch) return conn.close("stream_lost")
-        yield* replay(conn, request.projectId)
-        // everything up to where the feed stood must have been replayed: if retention took it meanwhile, reset
-        if (!conn.closed && conn.lastSeq < followed.seq) {
-          stats.resets++
-          transport.reset("expired", new EventCursor({ epoch: current.epoch, seq: followed.seq }).toString())
-          conn.lastSeq = followed.seq
-        }
-        conn.goLive()
+        yield* catchUp(conn, request.projectId, followed.current).pipe(
+          // retention took events the client still needed: reset, and go on from where the feed stands
+          Effect.catchAll(() =>
+            Effect.sync(() => {
+              stats.resets++
+              const at = followed.current()
+              transport.reset("expired", new EventCursor({ epoch: current.epoch, seq: at }).toString())
+              conn.lastSeq = at
+              conn.buffer.takeAll()
+              conn.goLive()
+            })
+          )
+        )
       })
       yield* run.pipe(Effect.onError(() => closed))
       return closed

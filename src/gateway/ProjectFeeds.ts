@@ -104,7 +104,7 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
         Effect.zipRight(Effect.sync(() => {
           for (const seq of feed.pending.keys()) if (seq <= feed.seq) feed.pending.delete(seq)
         })),
-        Effect.catchAll((e) => Effect.logWarning("feed: reading missed events failed", e))
+        Effect.catchAllCause((cause) => Effect.logWarning("feed: reading missed events failed", cause))
       )
 
     // runs on the feed's own fiber, which closing its scope interrupts: close from outside it
@@ -124,36 +124,42 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
     }
 
     const start = (projectId: string) =>
-      Effect.gen(function*() {
-        const scope = yield* Scope.fork(layerScope, { _tag: "Sequential" })
-        // subscribe first, then read where the stream stands: nothing committed after the read is missed
-        const live = yield* Scope.extend(bus.subscribe(projectId), scope)
-        const heads = yield* log.heads([projectId])
-        const head = heads.get(projectId)
-        if (head === undefined) return yield* Effect.dieMessage(`project ${projectId} has no stream`)
-        const feed: Feed = {
-          projectId,
-          epoch: head.epoch,
-          seq: head.lastSeq,
-          pending: new Map(),
-          listeners: new Set(),
-          commands: yield* Queue.unbounded<Command>(),
-          holeTimer: undefined,
-          headAtLastTick: head.lastSeq,
-          scope
-        }
-        const messages = Stream.map(live, (e): Command => e._tag === "Gap" ? { _tag: "Fill" } : e)
-        yield* Stream.merge(messages, Stream.fromQueue(feed.commands)).pipe(
-          Stream.runForEach(handle(feed)),
-          Effect.annotateLogs({ project_id: projectId }),
-          Effect.forkIn(scope)
-        )
-        yield* Scope.addFinalizer(
-          scope,
-          Effect.sync(() => feed.holeTimer !== undefined && clearTimeout(feed.holeTimer))
-        )
-        return feed
-      })
+      Effect.flatMap(Scope.fork(layerScope, { _tag: "Sequential" }), (scope) =>
+        Effect.gen(function*() {
+          // subscribe first, then read where the stream stands: nothing committed after the read is missed
+          const live = yield* Scope.extend(bus.subscribe(projectId), scope)
+          const heads = yield* log.heads([projectId])
+          const head = heads.get(projectId)
+          if (head === undefined) return yield* Effect.dieMessage(`project ${projectId} has no stream`)
+          const feed: Feed = {
+            projectId,
+            epoch: head.epoch,
+            seq: head.lastSeq,
+            pending: new Map(),
+            listeners: new Set(),
+            commands: yield* Queue.unbounded<Command>(),
+            holeTimer: undefined,
+            headAtLastTick: head.lastSeq,
+            scope
+          }
+          const messages = Stream.map(live, (e): Command => e._tag === "Gap" ? { _tag: "Fill" } : e)
+          yield* Stream.merge(messages, Stream.fromQueue(feed.commands)).pipe(
+            Stream.runForEach((command) =>
+              handle(feed)(command).pipe(
+                Effect.catchAllCause((cause) => Effect.logError("feed: command failed", cause))
+              )
+            ),
+            // it only ends when its scope closes; if it ever stopped otherwise, its listeners must not wait on it
+            Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.void : lose(feed)),
+            Effect.annotateLogs({ project_id: projectId }),
+            Effect.forkIn(scope)
+          )
+          yield* Scope.addFinalizer(
+            scope,
+            Effect.sync(() => feed.holeTimer !== undefined && clearTimeout(feed.holeTimer))
+          )
+          return feed
+        }).pipe(Effect.onError(() => Scope.close(scope, Exit.void))))
 
     const acquireFeed = (projectId: string) =>
       Effect.suspend(() => {
@@ -163,12 +169,15 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
             ? Effect.promise(() => existing)
             : Effect.succeed(existing)
         }
+        // started on the layer's runtime, not the caller's fiber: a follower that goes away meanwhile does not
+        // stop it, and the map entry is settled whoever is still waiting
         const starting = Runtime.runPromise(runtime)(start(projectId))
         feeds.set(projectId, starting)
-        return Effect.promise(() => starting).pipe(
-          Effect.tap((feed) => Effect.sync(() => feeds.get(projectId) === starting && feeds.set(projectId, feed))),
-          Effect.tapDefect(() => Effect.sync(() => feeds.get(projectId) === starting && feeds.delete(projectId)))
+        starting.then(
+          (feed) => feeds.get(projectId) === starting && feeds.set(projectId, feed),
+          () => feeds.get(projectId) === starting && feeds.delete(projectId)
         )
+        return Effect.promise(() => starting)
       })
 
     const release = (feed: Feed, listener: FeedListener) =>
@@ -186,7 +195,7 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
     const follow = Effect.fn("ProjectFeeds.follow")(function*(projectId: string, listener: FeedListener) {
       const feed = yield* acquireFeed(projectId)
       yield* Effect.acquireRelease(Effect.sync(() => feed.listeners.add(listener)), () => release(feed, listener))
-      return { epoch: feed.epoch, seq: feed.seq }
+      return { epoch: feed.epoch, seq: feed.seq, current: () => feed.seq }
     })
 
     // The tail of PostgreSQL: one query for every followed project. While the bus is down every feed behind its
@@ -199,6 +208,10 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
       for (const feed of active) {
         const head = heads.get(feed.projectId)
         if (head === undefined) continue
+        if (head.epoch !== feed.epoch) {
+          yield* lose(feed) // the stream was rebuilt: its clients reconnect and get a reset
+          continue
+        }
         if (feed.seq < head.lastSeq && (!healthy || feed.seq < feed.headAtLastTick)) {
           Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
         }

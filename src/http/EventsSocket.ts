@@ -70,15 +70,18 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
     whenDrained: (f, stalled) => {
       const timer = setTimeout(() => {
         socket.off("drain", drained)
+        socket.off("close", gone)
         stalled()
       }, deadlineMs)
+      const gone = () => clearTimeout(timer)
       const drained = () => {
         if (ws.bufferedAmount >= sendBuffer) return void socket.once("drain", drained)
         clearTimeout(timer)
+        socket.off("close", gone)
         f()
       }
       socket.once("drain", drained)
-      ws.once("close", () => clearTimeout(timer))
+      socket.once("close", gone)
     },
     close: (reason) => {
       if (reason === "overflow" || reason === "stalled") ws.terminate()
@@ -86,9 +89,28 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
     }
   })
 
+  /** Upgrades once authorized; ws does not call back when it refuses (bad headers, socket gone): fail then. */
+  const upgrade = (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+    Effect.async<WebSocket, StreamRefused>((resume) => {
+      if (socket.destroyed) return resume(Effect.fail(new StreamRefused({ status: 400, message: "socket closed" })))
+      wss.handleUpgrade(req, socket, head, (ws) => resume(Effect.succeed(ws)))
+    })
+
+  const watch = (ws: WebSocket) => {
+    alive.set(ws, true)
+    ws.on("pong", () => alive.set(ws, true))
+    ws.on("message", () => undefined) // nothing to act on; oversized frames are refused by the limit
+    // a protocol violation (oversized frame, bad UTF-8): ws has closed it with 1009/1007; an "error" event
+    // without a listener would throw and take the whole runner down
+    ws.on("error", (e) => run(Effect.logWarning("WebSocket client broke the protocol", e.message)))
+    ws.once("close", () => alive.delete(ws))
+  }
+
   const serve = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(req.url ?? "/", "http://gateway")
-    run(
+    // whatever step the request is in when its socket goes (authorizing, upgrading, replaying), it ends there
+    let closed: Effect.Effect<void> | undefined
+    const fiber = run(
       authorizeStream(req, url).pipe(
         // another tenant's project is refused with 404 before the upgrade, like SSE
         Effect.tap((request) =>
@@ -101,30 +123,22 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
           )
         ),
         Effect.flatMap((request) =>
-          Effect.async<WebSocket>((resume) => wss.handleUpgrade(req, socket, head, (ws) => resume(Effect.succeed(ws))))
-            .pipe(Effect.flatMap((ws) => {
-              alive.set(ws, true)
-              ws.on("pong", () => alive.set(ws, true))
-              ws.on("message", () => undefined) // nothing to act on; oversized frames are refused by the limit
-              // a protocol violation (oversized frame, bad UTF-8): ws has closed it with 1009/1007; an "error" event
-              // without a listener would throw and take the whole runner down
-              ws.on("error", (e) => run(Effect.logWarning("WebSocket client broke the protocol", e.message)))
-              const connected = gateway.connect(request, transportOf(ws, socket)).pipe(
-                Effect.tap((onClosed) =>
-                  Effect.sync(() => {
-                    if (ws.readyState === ws.CLOSED) run(onClosed)
-                    else ws.once("close", () => run(onClosed))
-                  })
-                ),
-                Effect.catchTags({
-                  ProjectNotFound: () => Effect.sync(() => ws.close(4404, "project not found")),
-                  TooManyConnections: (e) => Effect.sync(() => ws.close(4429, e.message)),
-                  StorageUnavailable: () => Effect.sync(() => ws.close(1013, "try again later"))
+          Effect.flatMap(upgrade(req, socket, head), (ws) => {
+            watch(ws)
+            return gateway.connect(request, transportOf(ws, socket)).pipe(
+              Effect.tap((onClosed) =>
+                Effect.sync(() => {
+                  if (socket.destroyed) run(onClosed)
+                  else closed = onClosed
                 })
-              )
-              ws.once("close", () => alive.delete(ws))
-              return connected
-            }))
+              ),
+              Effect.catchTags({
+                ProjectNotFound: () => Effect.sync(() => ws.close(4404, "project not found")),
+                TooManyConnections: (e) => Effect.sync(() => ws.close(4429, e.message)),
+                StorageUnavailable: () => Effect.sync(() => ws.close(1013, "try again later"))
+              })
+            )
+          })
         ),
         Effect.catchTags({
           StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, e.status, e.message)),
@@ -135,6 +149,10 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
         )
       )
     )
+    socket.once("close", () => {
+      if (closed !== undefined) run(closed)
+      else fiber.unsafeInterruptAsFork(fiber.id())
+    })
   }
 
   yield* routes.upgrade((path) => EVENTS_PATH.test(path) && path.endsWith("/ws"), serve)

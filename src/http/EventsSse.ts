@@ -69,15 +69,18 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
         blocked.add(res)
         const timer = setTimeout(() => {
           res.off("drain", drained)
+          res.off("close", gone)
           stalled()
         }, deadlineMs)
+        const gone = () => clearTimeout(timer)
         const drained = () => {
           clearTimeout(timer)
+          res.off("close", gone)
           blocked.delete(res)
           f()
         }
         res.once("drain", drained)
-        res.once("close", () => clearTimeout(timer))
+        res.once("close", gone)
       },
       close
     }

@@ -38,7 +38,7 @@ export const authorizeStream = Effect.fn("StreamAuth.authorize")(function*(reque
     return yield* refuse(403, "this origin may not open streams")
   }
   const match = EVENTS_PATH.exec(url.pathname)
-  const projectId = decodeProject(decodeURIComponent(match?.[1] ?? ""))
+  const projectId = decodeProject(match?.[1] ?? "")
   if (Either.isLeft(projectId)) return yield* refuse(404, "project not found")
 
   const authorization = request.headers.authorization

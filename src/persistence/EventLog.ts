@@ -1,7 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import { Chunk, Duration, Effect, Option, Schema, Stream } from "effect"
+import { Chunk, Duration, Effect, Either, Option, Schema, Stream } from "effect"
 import { EventCursor } from "../schema/cursor.js"
-import { PublicTaskPayload, TaskEventType } from "../schema/events.js"
 import type { ProjectId, TenantId } from "../schema/ids.js"
 import { storageUnavailable } from "./storageUnavailable.js"
 
@@ -14,12 +13,28 @@ export interface StreamHead {
   readonly retainedSeq: number
 }
 
+/**
+ * The browser-safe fields of a stored event, read leniently: decoding keeps exactly these fields (nothing else a
+ * row may hold), but a status or stage this runner does not know yet (written by a newer runner during a rolling
+ * deploy) still passes through instead of stopping the stream.
+ */
+export const StreamPayload = Schema.Struct({
+  task_id: Schema.String,
+  task_version: Schema.Number,
+  status: Schema.String,
+  stage: Schema.String,
+  progress: Schema.NullOr(Schema.Number),
+  asset_id: Schema.NullOr(Schema.String),
+  error_code: Schema.NullOr(Schema.String)
+})
+export type StreamPayload = typeof StreamPayload.Type
+
 /** One event of a project's stream, as a browser may see it. */
 export interface StreamEvent {
   readonly seq: number
   readonly cursor: string
-  readonly type: TaskEventType
-  readonly payload: PublicTaskPayload
+  readonly type: string
+  readonly payload: StreamPayload
 }
 
 /** Why a cursor cannot be served: the client must take a new snapshot (SSE `event: reset`). */
@@ -35,18 +50,27 @@ export const checkCursor = (head: StreamHead, cursor: EventCursor): CursorProble
     ? "ahead_of_stream"
     : null
 
-const decodePayload = Schema.decodeUnknownSync(PublicTaskPayload)
-const decodeType = Schema.decodeUnknownSync(TaskEventType)
+const decodePayload = Schema.decodeUnknownEither(StreamPayload)
 
-const eventFromRow = (
-  r: { cursor_seq: number; stream_epoch: number; event_type: string; public_payload: unknown }
-) => ({
-  seq: Number(r.cursor_seq),
-  cursor: new EventCursor({ epoch: Number(r.stream_epoch), seq: Number(r.cursor_seq) }).toString(),
-  type: decodeType(r.event_type),
-  // decoding keeps exactly the public fields, whatever else the row holds
-  payload: decodePayload(r.public_payload)
-})
+type EventRow = { cursor_seq: number; stream_epoch: number; event_type: string; public_payload: unknown }
+
+/** A row as a stream event; a row that is not even that (never written by this code) is logged and skipped. */
+const eventFromRow = (r: EventRow): Effect.Effect<StreamEvent | undefined> => {
+  const payload = decodePayload(r.public_payload)
+  const seq = Number(r.cursor_seq)
+  if (Either.isLeft(payload)) {
+    return Effect.logError("event log: unreadable event skipped").pipe(
+      Effect.annotateLogs({ cursor_seq: seq, error: String(payload.left) }),
+      Effect.as(undefined)
+    )
+  }
+  return Effect.succeed({
+    seq,
+    cursor: new EventCursor({ epoch: Number(r.stream_epoch), seq }).toString(),
+    type: r.event_type,
+    payload: payload.right
+  })
+}
 
 /**
  * The stored side of browser delivery: project stream heads, pages of events by cursor, replay as a Stream, the
@@ -79,27 +103,25 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
       })
     }, Effect.catchTag("SqlError", unavailable))
 
-    /** Up to `limit` events after `afterSeq`, in cursor order. */
+    /** Up to `limit` stored rows after `afterSeq`, in cursor order, and the last sequence read. */
     const page = Effect.fn("EventLog.page")(function*(projectId: string, afterSeq: number, limit: number) {
-      const rows = yield* sql<
-        { cursor_seq: number; stream_epoch: number; event_type: string; public_payload: unknown }
-      >`
+      const rows = yield* sql<EventRow>`
         SELECT cursor_seq, stream_epoch, event_type, public_payload FROM task_events
         WHERE project_id = ${projectId} AND cursor_seq > ${afterSeq}
         ORDER BY cursor_seq LIMIT ${limit}`
-      return rows.map(eventFromRow)
+      const events = (yield* Effect.forEach(rows, eventFromRow)).filter((e): e is StreamEvent => e !== undefined)
+      const lastSeq = rows.length === 0 ? afterSeq : Number(rows[rows.length - 1]!.cursor_seq)
+      return { events, rows: rows.length, lastSeq }
     }, Effect.catchTag("SqlError", unavailable))
 
     /** Every event after `afterSeq` that is committed while the stream is read: pages over the cursor. */
     const replay = (projectId: string, afterSeq: number, pageSize = 500) =>
       Stream.paginateChunkEffect(afterSeq, (after) =>
-        Effect.map(page(projectId, after, pageSize), (events) => {
-          const last = events[events.length - 1]
-          return [
-            Chunk.unsafeFromArray(events),
-            events.length < pageSize || last === undefined ? Option.none() : Option.some(last.seq)
-          ] as const
-        }))
+        Effect.map(page(projectId, after, pageSize), (p) =>
+          [
+            Chunk.unsafeFromArray(p.events),
+            p.rows < pageSize ? Option.none() : Option.some(p.lastSeq)
+          ] as const))
 
     /** Last sequence and epoch of many projects in one query (the gateway's tail of PostgreSQL). */
     const heads = Effect.fn("EventLog.heads")(function*(projectIds: ReadonlyArray<string>) {
@@ -113,21 +135,26 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
      * Forgets events older than `retention` (a batch at a time) and records, per project, the last sequence
      * forgotten: a cursor before it is answered with a reset.
      */
-    const forget = Effect.fn("EventLog.forget")(function*(retention: Duration.Duration, batch: number) {
-      const rows = yield* sql<{ n: number }>`
+    const forget = Effect.fn("EventLog.forget")(
+      function*(retention: Duration.Duration, batch: number) {
+        const forgotten = yield* sql<{ project_id: string; seq: number; n: number }>`
         WITH doomed AS (
           DELETE FROM task_events WHERE event_id IN (
             SELECT event_id FROM task_events
             WHERE created_at < now() - make_interval(secs => ${Duration.toSeconds(retention)})
             LIMIT ${batch})
-          RETURNING project_id, cursor_seq),
-        per_project AS (SELECT project_id, max(cursor_seq) AS seq, count(*) AS n FROM doomed GROUP BY project_id),
-        moved AS (
-          UPDATE projects p SET retained_seq = GREATEST(p.retained_seq, d.seq)
-          FROM per_project d WHERE p.project_id = d.project_id)
-        SELECT COALESCE(sum(n), 0)::int AS n FROM per_project`
-      return rows[0]?.n ?? 0
-    }, Effect.catchTag("SqlError", unavailable))
+          RETURNING project_id, cursor_seq)
+        SELECT project_id, max(cursor_seq) AS seq, count(*)::int AS n FROM doomed GROUP BY project_id
+        ORDER BY project_id`
+        // stream rows are locked in project order, as every commit batch does: no deadlock with commits
+        for (const p of forgotten) {
+          yield* sql`UPDATE projects SET retained_seq = GREATEST(retained_seq, ${p.seq}) WHERE project_id = ${p.project_id}`
+        }
+        return forgotten.reduce((n, p) => n + p.n, 0)
+      },
+      sql.withTransaction,
+      Effect.catchTag("SqlError", unavailable)
+    )
 
     /** Spends a single-use stream token: true the first time, false ever after (on any runner). */
     const spendToken = Effect.fn("EventLog.spendToken")(function*(tokenId: string, expiresAt: Date) {
