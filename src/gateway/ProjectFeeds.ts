@@ -36,6 +36,10 @@ const MAX_PENDING = 10_000
 type Command =
   | { readonly _tag: "Message"; readonly payload: string }
   | { readonly _tag: "Fill" }
+  | { readonly _tag: "Events"; readonly events: ReadonlyArray<StreamEvent> }
+
+/** Events the tail reads per lagging project per tick (a feed further behind reads the rest itself). */
+const TAIL_PER_PROJECT = 200
 
 /**
  * One project's events on this runner, gap-free and in cursor order, however the bus delivers them. Cursor
@@ -117,6 +121,12 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
 
     const handle = (feed: Feed) => (command: Command) => {
       if (command._tag === "Fill") return fill(feed)
+      if (command._tag === "Events") {
+        return Effect.sync(() => {
+          command.events.forEach((event) => accept(feed, event))
+          if (command.events.length >= TAIL_PER_PROJECT) Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
+        })
+      }
       const parsed = eventOfMessage(command.payload)
       if (parsed === undefined) return Effect.logWarning("feed: unreadable bus message dropped")
       if (parsed.epoch !== feed.epoch) return lose(feed)
@@ -205,6 +215,7 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
       if (active.length === 0) return
       const healthy = yield* bus.healthy
       const heads = yield* log.heads(active.map((f) => f.projectId))
+      const lagging: Array<Feed> = []
       for (const feed of active) {
         const head = heads.get(feed.projectId)
         if (head === undefined) continue
@@ -212,10 +223,18 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
           yield* lose(feed) // the stream was rebuilt: its clients reconnect and get a reset
           continue
         }
-        if (feed.seq < head.lastSeq && (!healthy || feed.seq < feed.headAtLastTick)) {
-          Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
-        }
+        if (feed.seq < head.lastSeq && (!healthy || feed.seq < feed.headAtLastTick)) lagging.push(feed)
         feed.headAtLastTick = head.lastSeq
+      }
+      // every lagging feed's missing events in one query, however many projects: the tail must stay cheap exactly
+      // when the bus is down or behind
+      const missing = yield* log.tail(
+        lagging.map((f) => ({ projectId: f.projectId, afterSeq: f.seq })),
+        TAIL_PER_PROJECT
+      )
+      for (const feed of lagging) {
+        const events = missing.get(feed.projectId)
+        if (events !== undefined) Queue.unsafeOffer(feed.commands, { _tag: "Events", events })
       }
     }).pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("feed tail failed", cause)),

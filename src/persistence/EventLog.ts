@@ -123,6 +123,37 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
             p.rows < pageSize ? Option.none() : Option.some(p.lastSeq)
           ] as const))
 
+    /**
+     * Events after each position, for many projects in ONE query (the gateway's tail of PostgreSQL): up to
+     * `perProject` each, in cursor order.
+     */
+    const tail = Effect.fn("EventLog.tail")(
+      function*(
+        positions: ReadonlyArray<{ readonly projectId: string; readonly afterSeq: number }>,
+        perProject: number
+      ) {
+        const byProject = new Map<string, Array<StreamEvent>>()
+        if (positions.length === 0) return byProject
+        const rows = yield* sql<EventRow & { project_id: string }>`
+          SELECT e.project_id, e.cursor_seq, e.stream_epoch, e.event_type, e.public_payload
+          FROM unnest(${positions.map((p) => p.projectId)}::uuid[], ${positions.map((p) => p.afterSeq)}::bigint[])
+            AS f(project_id, after_seq)
+          JOIN LATERAL (
+            SELECT * FROM task_events t WHERE t.project_id = f.project_id AND t.cursor_seq > f.after_seq
+            ORDER BY t.cursor_seq LIMIT ${perProject}) e ON true
+          ORDER BY e.project_id, e.cursor_seq`
+        for (const row of rows) {
+          const event = yield* eventFromRow(row)
+          if (event === undefined) continue
+          const list = byProject.get(row.project_id) ?? []
+          list.push(event)
+          byProject.set(row.project_id, list)
+        }
+        return byProject
+      },
+      Effect.catchTag("SqlError", unavailable)
+    )
+
     /** Last sequence and epoch of many projects in one query (the gateway's tail of PostgreSQL). */
     const heads = Effect.fn("EventLog.heads")(function*(projectIds: ReadonlyArray<string>) {
       if (projectIds.length === 0) return new Map<string, { epoch: number; lastSeq: number }>()
@@ -170,6 +201,6 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
       Effect.catchTag("SqlError", unavailable)
     )
 
-    return { open, page, replay, heads, forget, spendToken, forgetSpentTokens } as const
+    return { open, page, replay, tail, heads, forget, spendToken, forgetSpentTokens } as const
   })
 }) {}
