@@ -8,6 +8,7 @@ import {
   Layer,
   Logger,
   LogLevel,
+  Queue,
   Schedule,
   Scope,
   Stream
@@ -47,12 +48,13 @@ const numsub = (redis: IORedis, channel: string) =>
   Effect.promise(() => redis.pubsub("NUMSUB", channel) as Promise<[string, number]>).pipe(Effect.map(([, n]) => n))
 
 /** Everything a subscriber receives, as payloads and "<gap>", read by a fiber of the test's scope. */
-const collect = (stream: Stream.Stream<BusEvent>) =>
+const collect = (queue: Queue.Dequeue<BusEvent>) =>
   Effect.gen(function*() {
     const seen: Array<string> = []
-    yield* Stream.runForEach(stream, (e) => Effect.sync(() => seen.push(e._tag === "Gap" ? "<gap>" : e.payload))).pipe(
-      Effect.forkScoped
-    )
+    yield* Stream.runForEach(Stream.fromQueue(queue), (e) =>
+      Effect.sync(() => seen.push(e._tag === "Gap" ? "<gap>" : e.payload))).pipe(
+        Effect.forkScoped
+      )
     return seen
   })
 

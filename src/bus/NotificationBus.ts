@@ -1,4 +1,4 @@
-import { Config, Context, Duration, Effect, Layer, Option, Queue, Schema, type Scope, Stream } from "effect"
+import { Config, Context, Duration, Effect, Layer, Option, Queue, Schema, type Scope } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import { duplicate, Redis } from "../redis/Redis.js"
 
@@ -19,7 +19,7 @@ export class NotificationBus extends Context.Tag("NotificationBus")<Notification
    * Subscribes to a project's channel for as long as the scope lives; many local subscribers of one project share
    * one Redis subscription (ref-counted: SUBSCRIBE on the first, UNSUBSCRIBE when the last scope closes).
    */
-  readonly subscribe: (projectId: string) => Effect.Effect<Stream.Stream<BusEvent>, never, Scope.Scope>
+  readonly subscribe: (projectId: string) => Effect.Effect<Queue.Dequeue<BusEvent>, never, Scope.Scope>
   /** Whether subscribers are receiving what is published now (false while the subscriber connection is down). */
   readonly healthy: Effect.Effect<boolean>
 }>() {}
@@ -94,7 +94,7 @@ const makeHub = (capacity: number) => {
               return onLast()
             }).pipe(Effect.ensuring(Queue.shutdown(queue)))
         )
-        return { sub, stream: Stream.fromQueue(queue) }
+        return { sub, queue: queue as Queue.Dequeue<BusEvent> }
       })
   }
 }
@@ -109,7 +109,7 @@ export const layerMemory: Layer.Layer<NotificationBus> = Layer.effect(
         yield* Effect.sync(() => hub.publish(projectId, payload))
       }),
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
-        return (yield* hub.join(projectId, () => Effect.void)).stream
+        return (yield* hub.join(projectId, () => Effect.void)).queue
       }),
       healthy: Effect.succeed(true)
     })
@@ -188,7 +188,7 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
       }),
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
         const channel = channelOf(projectId)
-        const { stream, sub } = yield* hub.join(channel, () => {
+        const { queue, sub } = yield* hub.join(channel, () => {
           live.delete(channel)
           const unsubscribing = connection.unsubscribe(channel)
           unsubscribing.catch(() => undefined)
@@ -209,7 +209,7 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
           Effect.ignore,
           Effect.annotateLogs({ project_id: projectId })
         )
-        return stream
+        return queue
       }),
       healthy: Effect.sync(() => up)
     })

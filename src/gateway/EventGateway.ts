@@ -1,4 +1,4 @@
-import { Config, Effect, Exit, Option, Scope, Stream } from "effect"
+import { Config, Effect, Option, Stream } from "effect"
 import { checkCursor, type CursorProblem, EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import { EventCursor } from "../schema/cursor.js"
 import { ProjectNotFound } from "../schema/errors.js"
@@ -166,7 +166,7 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
       const head = yield* log.open(request.tenantId, request.projectId)
       if (Option.isNone(head)) return yield* new ProjectNotFound({ projectId: request.projectId })
       const release = yield* limits.admit(request.tenantId, request.userId)
-      const scope = yield* Scope.make()
+      let leave: Effect.Effect<void> = Effect.void
       stats.open++
       stats.opened++
       const conn = new Connection(transport, capacity, request.taskId, () => stats.slowClientDisconnects++)
@@ -177,7 +177,7 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
         conn.closed = true
         stats.open--
         release()
-        return Scope.close(scope, Exit.void)
+        return leave
       })
 
       const run = Effect.gen(function*() {
@@ -190,7 +190,8 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
           transport.reset(problem, headCursor)
         }
         conn.lastSeq = request.after === undefined || problem !== null ? current.lastSeq : request.after.seq
-        const followed = yield* Scope.extend(feeds.follow(request.projectId, conn), scope)
+        const followed = yield* feeds.follow(request.projectId, conn)
+        leave = followed.leave
         if (followed.epoch !== current.epoch) return conn.close("stream_lost")
         yield* catchUp(conn, request.projectId, followed.current).pipe(
           // retention took events the client still needed: reset, and go on from where the feed stands

@@ -152,13 +152,17 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
             headAtLastTick: head.lastSeq,
             scope
           }
-          const messages = Stream.map(live, (e): Command => e._tag === "Gap" ? { _tag: "Fill" } : e)
-          yield* Stream.merge(messages, Stream.fromQueue(feed.commands)).pipe(
-            Stream.runForEach((command) =>
-              handle(feed)(command).pipe(
-                Effect.catchAllCause((cause) => Effect.logError("feed: command failed", cause))
-              )
+          // two plain loops, no Stream pipeline (a feed lives as long as its project has clients: its cost per
+          // project matters); every step they take is synchronous or a fill, and fills are idempotent by seq
+          const guard = (effect: Effect.Effect<void, unknown>) =>
+            effect.pipe(Effect.catchAllCause((cause) => Effect.logError("feed: step failed", cause)))
+          const loops = Effect.all([
+            Effect.forever(
+              Effect.flatMap(Queue.take(live), (e) => guard(handle(feed)(e._tag === "Gap" ? { _tag: "Fill" } : e)))
             ),
+            Effect.forever(Effect.flatMap(Queue.take(feed.commands), (c) => guard(handle(feed)(c))))
+          ], { concurrency: 2, discard: true })
+          yield* loops.pipe(
             // it only ends when its scope closes; if it ever stopped otherwise, its listeners must not wait on it
             Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.void : lose(feed)),
             Effect.annotateLogs({ project_id: projectId }),
@@ -199,14 +203,16 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
       })
 
     /**
-     * Follows a project for as long as the scope lives. Returns the sequence the feed has delivered up to: the
-     * listener gets every event after it, so a reader that replays up to it from PostgreSQL misses nothing.
+     * Follows a project until `leave` runs (exactly once: the caller's own close path; no Scope per connection,
+     * which would keep the opening fiber's state alive for the stream's whole life). Returns the sequence the
+     * feed has delivered up to: the listener gets every event after it, so a reader that replays up to it from
+     * PostgreSQL misses nothing.
      */
-    const follow = Effect.fn("ProjectFeeds.follow")(function*(projectId: string, listener: FeedListener) {
-      const feed = yield* acquireFeed(projectId)
-      yield* Effect.acquireRelease(Effect.sync(() => feed.listeners.add(listener)), () => release(feed, listener))
-      return { epoch: feed.epoch, seq: feed.seq, current: () => feed.seq }
-    })
+    const follow = (projectId: string, listener: FeedListener) =>
+      Effect.map(acquireFeed(projectId), (feed) => {
+        feed.listeners.add(listener)
+        return { epoch: feed.epoch, seq: feed.seq, current: () => feed.seq, leave: release(feed, listener) }
+      })
 
     // The tail of PostgreSQL: one query for every followed project. While the bus is down every feed behind its
     // stream is filled at once; otherwise only one still missing events its stream had a whole tick ago.

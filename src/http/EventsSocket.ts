@@ -1,4 +1,4 @@
-import { Config, Duration, Effect, FiberSet, Layer, Option } from "effect"
+import { Config, Duration, Effect, type Fiber, FiberSet, Layer, Option } from "effect"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
@@ -110,7 +110,8 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
     const url = new URL(req.url ?? "/", "http://gateway")
     // whatever step the request is in when its socket goes (authorizing, upgrading, replaying), it ends there
     let closed: Effect.Effect<void> | undefined
-    const fiber = run(
+    // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours
+    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
       authorizeStream(req, url).pipe(
         // another tenant's project is refused with 404 before the upgrade, like SSE
         Effect.tap((request) =>
@@ -149,9 +150,10 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
         )
       )
     )
+    fiber.addObserver(() => (fiber = undefined))
     socket.once("close", () => {
       if (closed !== undefined) run(closed)
-      else fiber.unsafeInterruptAsFork(fiber.id())
+      else fiber?.unsafeInterruptAsFork(fiber.id())
     })
   }
 

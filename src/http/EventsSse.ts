@@ -1,4 +1,4 @@
-import { Config, Duration, Effect, FiberSet, Layer } from "effect"
+import { Config, Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
 import type { CursorProblem, EventLog, StreamEvent } from "../persistence/EventLog.js"
@@ -95,7 +95,8 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     const url = new URL(req.url ?? "/", "http://gateway")
     const transport = transportOf(res)
     let closed: Effect.Effect<void> | undefined
-    const fiber = run(
+    // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours
+    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
       authorizeStream(req, url).pipe(
         Effect.flatMap((request) => gateway.connect(request, transport)),
         Effect.tap((onClosed) =>
@@ -115,10 +116,11 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
         )
       )
     )
+    fiber.addObserver(() => (fiber = undefined))
     res.once("close", () => {
       open.delete(res)
       if (closed !== undefined) run(closed)
-      else fiber.unsafeInterruptAsFork(fiber.id())
+      else fiber?.unsafeInterruptAsFork(fiber.id())
     })
   }
 

@@ -14,7 +14,7 @@ export const decodeLive = Schema.decodeUnknownSync(Schema.parseJson(LiveTaskEven
 /** Collects a project's bus events in the background: messages decoded, gaps counted. */
 export const listen = (bus: Context.Tag.Service<typeof NotificationBus>, projectId: string) =>
   Effect.gen(function*() {
-    const stream = yield* bus.subscribe(projectId)
+    const stream = Stream.fromQueue(yield* bus.subscribe(projectId))
     const seen: Array<LiveTaskEvent> = []
     let gaps = 0
     yield* stream.pipe(
