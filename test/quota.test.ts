@@ -73,6 +73,8 @@ const within = (grants: ReadonlyArray<Grant>, fromS: number, toS: number) =>
 const scope = (tenant: number, provider = "acme"): QuotaScope => ({ provider, tenantId: `tenant-${tenant}` })
 
 describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
+  // Retried: the windows are wall-clock, and a CPU-starved test process (2 cores, the browser and gateway tests
+  // beside it) shifts grants between them; the quota itself is timed by Redis.
   it.live("rate: 200 callers against 50 QPS are granted 50 per second, burst aside", () =>
     Effect.gen(function*() {
       const quota = yield* makeQuota(yield* testPrefix, { QUOTA_ACME_QPS: "50" })
@@ -82,7 +84,7 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
       console.log(`rate: ${firstFour} grants in 0-4 s, ${steady} in 1-4 s (${(steady / 3).toFixed(2)}/s)`)
       expectRate(firstFour, 50, 4)
       expect(Math.abs(steady - 150)).toBeLessThanOrEqual(0.05 * 150 + 1)
-    }).pipe(Effect.scoped))
+    }).pipe(Effect.scoped), { retry: 2 })
 
   it.live("shared: two runners with their own connections stay within the one quota together", () =>
     Effect.gen(function*() {

@@ -25,9 +25,12 @@ describe.skipIf(noDatabase || redisUrl === undefined)("two runners", () => {
     Effect.gen(function*() {
       const { url } = yield* makeTestDatabaseUrl
       const prefix = `test-${uuid().slice(0, 8)}:`
-      const start = (httpPort: number, runnerPort: number) =>
-        Effect.acquireRelease(
-          Effect.promise(async () => {
+      // ports are picked free but taken only when the runner listens, seconds later: another test file may have
+      // taken one meanwhile, so a runner that could not listen is started again on other ports
+      const start = Effect.acquireRelease(
+        Effect.promise(async () => {
+          for (let attempt = 1;; attempt++) {
+            const [httpPort, runnerPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
             const proc = spawnRunner({
               ...process.env,
               DATABASE_URL: url,
@@ -41,14 +44,19 @@ describe.skipIf(noDatabase || redisUrl === undefined)("two runners", () => {
               OUTBOX_SWEEP_INTERVAL: "500 millis",
               LOG_LEVEL: "Error"
             })
-            await waitForHttp(httpPort, proc)
-            return proc
-          }),
-          (proc) => Effect.sync(() => proc.child.kill("SIGKILL"))
-        )
-      const [httpA, runnerA, httpB, runnerB] = yield* Effect.all([freePort, freePort, freePort, freePort])
-      const a = yield* start(httpA, runnerA)
-      yield* start(httpB, runnerB)
+            try {
+              await waitForHttp(httpPort, proc)
+              return { ...proc, httpPort }
+            } catch (e) {
+              if (attempt >= 3 || !proc.output().includes("EADDRINUSE")) throw e
+            }
+          }
+        }),
+        (proc) => Effect.sync(() => proc.child.kill("SIGKILL"))
+      )
+      const a = yield* start
+      const b = yield* start
+      const [httpA, httpB] = [a.httpPort, b.httpPort]
 
       const stores = layerStores(Database.layerPostgres({ url: Redacted.make(url), maxConnections: 4 }))
       const projectId = uuid() as ProjectId
