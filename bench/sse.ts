@@ -14,7 +14,10 @@
  *      projects: commit → client latency p50/p99/max, delivered vs expected, gaps, the runner's RSS per connection
  *      and CPU; split by a Redis subscriber here (commit → Redis) and the outbox rows (commit → relay); the
  *      runner's responsiveness (an unauthenticated request every 250 ms); optionally again at BENCH_RATE2;
- *   4. the slow clients read again: those the runner had disconnected see the end of their stream.
+ *   4. the slow clients read again: those the runner had disconnected see the end of their stream;
+ *   5. every stream is closed at once (the client processes exit): how long the runner takes to let them go, and
+ *      its responsiveness meanwhile.
+ * The run takes 3–4 minutes at the default M, most of it opening the streams (the runner admits ~100–200/s here).
  * Goals (issue): M ≥ 20,000, ≤ 12 KiB per idle connection, p99 ≤ 100 ms at 1,000 events/s. This process raises its
  * soft fd limit to the hard one (children inherit it); the runner needs one fd per stream, so M is bounded by the
  * hard limit (`ulimit -Hn`), which only a privileged process can raise.
