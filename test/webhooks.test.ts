@@ -71,8 +71,13 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         const row = yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
         expect(row.version).toBe(2)
         const sql = yield* SqlClient.SqlClient
-        const [inbox] = yield* sql<{ process_status: string; signature_key_version: string }>`
-          SELECT process_status, signature_key_version FROM provider_callback_inbox WHERE provider_task_id = ${videoId}`
+        // the row is marked processed once the entity has answered, a moment after the task changed
+        const [inbox] = yield* eventually(
+          sql<{ process_status: string; signature_key_version: string }>`
+            SELECT process_status, signature_key_version FROM provider_callback_inbox
+            WHERE provider_task_id = ${videoId}`,
+          (rows) => rows[0]?.process_status === "processed"
+        )
         expect(inbox).toEqual({ process_status: "processed", signature_key_version: "current" })
       }))
 
