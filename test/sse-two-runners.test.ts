@@ -54,8 +54,8 @@ describe.skipIf(noDatabase || redisUrl === undefined)("two runners", () => {
         }),
         (proc) => Effect.sync(() => proc.child.kill("SIGKILL"))
       )
-      const a = yield* start
-      const b = yield* start
+      // both start at once: a runner takes 10–40 s to start on a loaded 2-core machine
+      const [a, b] = yield* Effect.all([start, start], { concurrency: 2 })
       const [httpA, httpB] = [a.httpPort, b.httpPort]
 
       const stores = layerStores(Database.layerPostgres({ url: Redacted.make(url), maxConnections: 4 }))
@@ -101,5 +101,5 @@ describe.skipIf(noDatabase || redisUrl === undefined)("two runners", () => {
       expect(got).toEqual(stored.map((r) => Number(r.cursor_seq)))
       expect(payloads(second).length).toBeGreaterThan(0)
       second.close()
-    }).pipe(Effect.scoped), 120_000)
+    }).pipe(Effect.scoped), 240_000)
 })

@@ -1,4 +1,3 @@
-import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import * as net from "node:net"
@@ -6,15 +5,18 @@ import { NotificationBus } from "../src/bus/NotificationBus.js"
 import { TaskClient } from "../src/entities/TaskClient.js"
 import { EventGateway } from "../src/gateway/EventGateway.js"
 import { EventLog } from "../src/persistence/EventLog.js"
-import type { ProjectId, TaskId } from "../src/schema/ids.js"
+import type { ProjectId } from "../src/schema/ids.js"
 import { noDatabase } from "./support/database.js"
 import { until } from "./support/propagation.js"
 import { freePort } from "./support/runner.js"
 import { openSse, payloads, seqOf, type SseClient } from "./support/sse.js"
 import {
+  bearer,
   commitChange,
+  headOf,
   layerStreamRunner,
   OTHER_TENANT,
+  projectWithTasks,
   RedisProxy,
   redisUrl,
   storedEvents,
@@ -35,23 +37,6 @@ const port = await Effect.runPromise(freePort)
 const base = `http://127.0.0.1:${port}`
 const eventsUrl = (projectId: string, query = "") => `${base}/v1/projects/${projectId}/events${query}`
 
-/** A project with `n` tasks of TENANT; returns their ids. */
-const projectWithTasks = (n: number) =>
-  Effect.gen(function*() {
-    const projectId = uuid() as ProjectId
-    const tasks: Array<TaskId> = []
-    for (let i = 0; i < n; i++) tasks.push((yield* admitTask({ projectId, tenantId: TENANT })).taskId)
-    return { projectId, tasks }
-  })
-
-const headOf = (projectId: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ stream_epoch: number; last_seq: number }>`
-      SELECT stream_epoch, last_seq FROM projects WHERE project_id = ${projectId}`).pipe(
-      Effect.map((rows) => ({ epoch: Number(rows[0]!.stream_epoch), seq: Number(rows[0]!.last_seq) })),
-      Effect.orDie
-    )
-
 /** The client's cursors are exactly the stored ones after `afterSeq`: in order, none missing, none twice. */
 const expectGapFree = (client: SseClient, projectId: string, afterSeq: number) =>
   Effect.gen(function*() {
@@ -62,8 +47,6 @@ const expectGapFree = (client: SseClient, projectId: string, afterSeq: number) =
       stored.map((r) => `${r.task_id}@${Number(r.task_version)}`)
     )
   })
-
-const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
 
 describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL and Redis", () => {
   layer(layerStreamRunner(port), { timeout: 120_000, excludeTestServices: true })((it) => {

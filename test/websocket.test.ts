@@ -1,21 +1,22 @@
-import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
 import WebSocket from "ws"
-import type { ProjectId, TaskId } from "../src/schema/ids.js"
+import type { ProjectId } from "../src/schema/ids.js"
 import { noDatabase } from "./support/database.js"
 import { until } from "./support/propagation.js"
 import { freePort } from "./support/runner.js"
 import {
+  bearer,
   commitChange,
+  headOf,
   layerStreamRunner,
   OTHER_TENANT,
+  projectWithTasks,
   redisUrl,
   storedEvents,
-  TENANT,
   tokenFor
 } from "./support/streams.js"
-import { admitTask, uuid } from "./support/tasks.js"
+import { uuid } from "./support/tasks.js"
 
 Object.assign(process.env, {
   WS_PING_INTERVAL: "300 millis",
@@ -31,25 +32,6 @@ const PING_MS = 300
 const port = await Effect.runPromise(freePort)
 const base = `http://127.0.0.1:${port}`
 const wsUrl = (projectId: string, query = "") => `ws://127.0.0.1:${port}/v1/projects/${projectId}/events/ws${query}`
-
-/** A project with `n` tasks of TENANT; returns their ids. */
-const projectWithTasks = (n: number) =>
-  Effect.gen(function*() {
-    const projectId = uuid() as ProjectId
-    const tasks: Array<TaskId> = []
-    for (let i = 0; i < n; i++) tasks.push((yield* admitTask({ projectId, tenantId: TENANT })).taskId)
-    return { projectId, tasks }
-  })
-
-const headOf = (projectId: string) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    sql<{ stream_epoch: number; last_seq: number }>`
-      SELECT stream_epoch, last_seq FROM projects WHERE project_id = ${projectId}`).pipe(
-      Effect.map((rows) => ({ epoch: Number(rows[0]!.stream_epoch), seq: Number(rows[0]!.last_seq) })),
-      Effect.orDie
-    )
-
-const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
 
 /** What a WebSocket client saw: the upgrade's outcome, every message (parsed), pings, and how it was closed. */
 interface WsClient {

@@ -12,6 +12,7 @@ import type { Stage, TaskStatus } from "../../src/schema/task.js"
 import { layerTestDatabase } from "./database.js"
 import { layerTestRunner, quietLogs } from "./runner.js"
 import { layerRunnerHttp } from "./simulator.js"
+import { admitTask } from "./tasks.js"
 import { startTcpProxy } from "./tcpProxy.js"
 
 /** Like DATABASE_URL: without REDIS_URL the gateway tests are skipped locally, and must not be in CI. */
@@ -96,3 +97,23 @@ export const storedEvents = (projectId: string, afterSeq: number) =>
     sql<{ cursor_seq: number; task_id: string; task_version: number }>`
       SELECT cursor_seq, task_id, task_version FROM task_events
       WHERE project_id = ${projectId} AND cursor_seq > ${afterSeq} ORDER BY cursor_seq`).pipe(Effect.orDie)
+
+/** A project with `n` tasks of TENANT; returns their ids. */
+export const projectWithTasks = (n: number) =>
+  Effect.gen(function*() {
+    const projectId = crypto.randomUUID() as ProjectId
+    const tasks: Array<TaskId> = []
+    for (let i = 0; i < n; i++) tasks.push((yield* admitTask({ projectId, tenantId: TENANT })).taskId)
+    return { projectId, tasks }
+  })
+
+/** Where a project's stream stands in PostgreSQL. */
+export const headOf = (projectId: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ stream_epoch: number; last_seq: number }>`
+      SELECT stream_epoch, last_seq FROM projects WHERE project_id = ${projectId}`).pipe(
+      Effect.map((rows) => ({ epoch: Number(rows[0]!.stream_epoch), seq: Number(rows[0]!.last_seq) })),
+      Effect.orDie
+    )
+
+export const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
