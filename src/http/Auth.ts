@@ -68,48 +68,37 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
     /** Development mode (no AUTH_SECRET): the live page may sign itself in as the development tenant. */
     const development = Option.isNone(secret)
 
-    const sign = (claims: typeof Claims.Type, ttlSeconds = 3600) =>
-      Effect.promise(() =>
-        new jose.SignJWT({ tenant_id: claims.tenant_id, projects: claims.projects })
-          .setProtectedHeader({ alg: "HS256" })
-          .setSubject(claims.sub)
-          .setIssuer(ISSUER)
-          .setIssuedAt()
-          .setExpirationTime(`${ttlSeconds}s`)
-          .sign(key)
-      )
+    /** Signs `claims` for `subject`, valid `ttlSeconds`; stream tokens also get an id (`jti`) to be spent once. */
+    const signJwt = (claims: jose.JWTPayload, subject: string, ttlSeconds: number, withId: boolean) => {
+      const jwt = new jose.SignJWT(claims).setProtectedHeader({ alg: "HS256" }).setSubject(subject).setIssuer(ISSUER)
+      if (withId) jwt.setJti(crypto.randomUUID())
+      return Effect.promise(() => jwt.setIssuedAt().setExpirationTime(`${ttlSeconds}s`).sign(key))
+    }
 
-    const verify = (token: string) =>
+    /** Verifies signature, issuer and expiry, then decodes the claims with `schema`; any failure is 401. */
+    const verifyJwt = <A, I>(token: string, schema: Schema.Schema<A, I>, message: string) =>
       Effect.tryPromise({
         try: () => jose.jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"] }),
-        catch: () => new Unauthorized({ message: "invalid or expired token" })
+        catch: () => new Unauthorized({ message })
       }).pipe(
-        Effect.flatMap(({ payload }) => Schema.decodeUnknown(Claims)(payload)),
-        Effect.mapError(() => new Unauthorized({ message: "invalid or expired token" })),
-        Effect.map((c) => ({ tenantId: c.tenant_id, userId: c.sub, projects: c.projects }))
+        Effect.flatMap(({ payload }) => Schema.decodeUnknown(schema)(payload)),
+        Effect.mapError(() => new Unauthorized({ message }))
+      )
+
+    const sign = (claims: typeof Claims.Type, ttlSeconds = 3600) =>
+      signJwt({ tenant_id: claims.tenant_id, projects: claims.projects }, claims.sub, ttlSeconds, false)
+
+    const verify = (token: string) =>
+      Effect.map(
+        verifyJwt(token, Claims, "invalid or expired token"),
+        (c) => ({ tenantId: c.tenant_id, userId: c.sub, projects: c.projects })
       )
 
     /** A short-lived, single-use token for one project's event stream (EventSource cannot send headers). */
     const signStream = (principal: Principal["Type"], projectId: ProjectId, ttlSeconds: number) =>
-      Effect.promise(() =>
-        new jose.SignJWT({ typ: "stream", tenant_id: principal.tenantId, project: projectId })
-          .setProtectedHeader({ alg: "HS256" })
-          .setSubject(principal.userId)
-          .setIssuer(ISSUER)
-          .setJti(crypto.randomUUID())
-          .setIssuedAt()
-          .setExpirationTime(`${ttlSeconds}s`)
-          .sign(key)
-      )
+      signJwt({ typ: "stream", tenant_id: principal.tenantId, project: projectId }, principal.userId, ttlSeconds, true)
 
-    const verifyStream = (token: string) =>
-      Effect.tryPromise({
-        try: () => jose.jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"] }),
-        catch: () => new Unauthorized({ message: "invalid or expired stream token" })
-      }).pipe(
-        Effect.flatMap(({ payload }) => Schema.decodeUnknown(StreamClaims)(payload)),
-        Effect.mapError(() => new Unauthorized({ message: "invalid or expired stream token" }))
-      )
+    const verifyStream = (token: string) => verifyJwt(token, StreamClaims, "invalid or expired stream token")
 
     return { sign, verify, signStream, verifyStream, development } as const
   })
