@@ -7,6 +7,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     // cluster tests hold advisory locks and runner ports: isolate files in their own processes
+    globalSetup: ["test/support/globalSetup.ts"],
     pool: "forks",
     fileParallelism: true,
     maxWorkers: 2

@@ -7,6 +7,7 @@ export default defineConfig({
     include: ["test/isolated/**/*.test.ts"],
     testTimeout: 240_000,
     hookTimeout: 60_000,
+    globalSetup: ["test/support/globalSetup.ts"],
     pool: "forks",
     fileParallelism: false
   }

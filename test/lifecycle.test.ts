@@ -5,7 +5,9 @@ import { Duration, Effect, Layer, Schedule } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import { isAllowed } from "../src/entities/allowedTransitions.js"
 import { TaskClient } from "../src/entities/TaskClient.js"
+import type { TaskStatus } from "../src/schema/task.js"
 import { simulatorEnv } from "../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { expectBalanced, ledgers, startTask, statuses, waitForStatus } from "./support/lifecycle.js"
@@ -52,6 +54,16 @@ const keyOf = (attemptId: string) =>
     Effect.orDie
   )
 
+/** A history that starts as every task does, moves only along allowed transitions and ends with the output stored. */
+const expectLifecycle = (history: ReadonlyArray<string>) => {
+  expect(history.slice(0, 2)).toEqual(["queued", "submitting"])
+  for (let i = 1; i < history.length; i++) {
+    expect(isAllowed(history[i - 1] as TaskStatus, history[i] as TaskStatus), history.join(" → ")).toBe(true)
+  }
+  expect(history.slice(-4)).toEqual(["provider_succeeded", "fetching_output", "processing_media", "ready"])
+  expect(history.some((s) => s === "submitted" || s === "running")).toBe(true)
+}
+
 const statusHistory = (taskId: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) =>
     sql<{ status: string }>`
@@ -79,16 +91,9 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
           const row = rows.find((r) => r.id === t.taskId)!
           expect(row.asset_id).toBe(`${t.taskId}/${t.attemptId}/output.mp4`)
           expect(fs.statSync(path.join(objects, row.asset_id!)).size).toBeGreaterThan(100)
-          expect(yield* statusHistory(t.taskId)).toEqual([
-            "queued",
-            "submitting",
-            "submitted",
-            ...(yield* statusHistory(t.taskId)).slice(3, -4),
-            "provider_succeeded",
-            "fetching_output",
-            "processing_media",
-            "ready"
-          ])
+          // the exact history depends on timing (a submit that outlives PROVIDER_TIMEOUT on a starved machine passes
+          // through submit_unknown): assert what must hold whatever the timing
+          expectLifecycle(yield* statusHistory(t.taskId))
         }
         expectBalanced(yield* ledgers(ids), expect)
       }))

@@ -25,32 +25,30 @@ describe.skipIf(noDatabase || redisUrl === undefined)("two runners", () => {
     Effect.gen(function*() {
       const { url } = yield* makeTestDatabaseUrl
       const prefix = `test-${uuid().slice(0, 8)}:`
-      // ports are picked free but taken only when the runner listens, seconds later: another test file may have
-      // taken one meanwhile, so a runner that could not listen is started again on other ports
+      // each runner on ports no other caller of this process was given (test/support/ports.ts)
       const start = Effect.acquireRelease(
         Effect.promise(async () => {
-          for (let attempt = 1;; attempt++) {
-            const [httpPort, runnerPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
-            const proc = spawnRunner({
-              ...process.env,
-              DATABASE_URL: url,
-              REDIS_URL: redisUrl,
-              REDIS_KEY_PREFIX: prefix,
-              ROCKETMQ_ENDPOINTS: "",
-              EMBEDDED_SIMULATOR: "false",
-              AUTH_SECRET,
-              HTTP_PORT: String(httpPort),
-              RUNNER_PORT: String(runnerPort),
-              OUTBOX_SWEEP_INTERVAL: "500 millis",
-              LOG_LEVEL: "Error"
-            })
-            try {
-              await waitForHttp(httpPort, proc)
-              return { ...proc, httpPort }
-            } catch (e) {
-              if (attempt >= 3 || !proc.output().includes("EADDRINUSE")) throw e
-            }
+          const [httpPort, runnerPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
+          const proc = spawnRunner({
+            ...process.env,
+            DATABASE_URL: url,
+            REDIS_URL: redisUrl,
+            REDIS_KEY_PREFIX: prefix,
+            ROCKETMQ_ENDPOINTS: "",
+            EMBEDDED_SIMULATOR: "false",
+            AUTH_SECRET,
+            HTTP_PORT: String(httpPort),
+            RUNNER_PORT: String(runnerPort),
+            OUTBOX_SWEEP_INTERVAL: "500 millis",
+            LOG_LEVEL: "Error"
+          })
+          try {
+            await waitForHttp(httpPort, proc)
+          } catch (e) {
+            proc.child.kill("SIGKILL")
+            throw e
           }
+          return { ...proc, httpPort }
         }),
         (proc) => Effect.sync(() => proc.child.kill("SIGKILL"))
       )

@@ -1,18 +1,12 @@
 import { ConfigProvider, Effect, Layer, Logger, LogLevel, Redacted, Scope } from "effect"
-import * as net from "node:net"
 import * as Database from "../../src/persistence/Database.js"
 import { layerPropagationMemory } from "../../src/runners/Propagation.js"
 import { layerLifecycle, layerLifecycleDisabled, layerRunnerWith, layerStores } from "../../src/runners/Runner.js"
 import { RunnerConfig } from "../../src/runners/RunnerConfig.js"
+import { allocatePort } from "./ports.js"
 
-/** A free TCP port on loopback for a runner's socket server. */
-export const freePort = Effect.async<number>((resume) => {
-  const server = net.createServer()
-  server.listen(0, "127.0.0.1", () => {
-    const port = (server.address() as net.AddressInfo).port
-    server.close(() => resume(Effect.succeed(port)))
-  })
-})
+/** A free TCP port on loopback, never handed to another caller of this test process (see ports.ts). */
+export const freePort = Effect.promise(allocatePort)
 
 /** The runner configuration with defaults and the given overrides (as environment names). */
 export const runnerConfig = (env: Record<string, string>) =>
