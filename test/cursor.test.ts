@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Fiber, Option, Ref } from "effect"
-import { makeChange } from "../src/entities/transition.js"
+import { makeChange } from "../src/domain/transition.js"
 import { TaskStore } from "../src/persistence/TaskStore.js"
 import { layerStores } from "../src/runners/Runner.js"
 import type { TaskId } from "../src/schema/ids.js"

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Option } from "effect"
-import { makeChange } from "../src/entities/transition.js"
+import { makeChange } from "../src/domain/transition.js"
 import { TaskStore } from "../src/persistence/TaskStore.js"
 import { layerStores } from "../src/runners/Runner.js"
 import { AttemptSnapshot, trusted } from "../src/schema/task.js"

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as fc from "fast-check"
-import { changeIsAllowed, type Outcome, requestCancel, transition } from "../src/entities/transition.js"
+import { changeIsAllowed, type Outcome, requestCancel, transition } from "../src/domain/transition.js"
 import type { ProviderObservation } from "../src/schema/observation.js"
 import { type AttemptSnapshot, stageRank, type TaskSnapshot } from "../src/schema/task.js"
 import { ids, makeAttempt, makeTask, observe, t0 } from "./support/fixtures.js"

@@ -1,13 +1,14 @@
 import { Entity } from "@effect/cluster"
 import { Clock, Duration, Effect, Option, Queue, Ref } from "effect"
-import { type TaskState, TaskStore } from "../persistence/TaskStore.js"
+import type { TaskState } from "../domain/taskState.js"
+import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
+import { TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { TaskLifecycle } from "./TaskLifecycle.js"
-import { changeIsAllowed, type Outcome, requestCancel, transition } from "./transition.js"
 
 /** How many times one message re-evaluates after losing the version CAS before giving up. */
 const MAX_CAS_ROUNDS = 5

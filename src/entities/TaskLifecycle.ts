@@ -1,20 +1,27 @@
 import { Clock, Config, Duration, Effect, Either, Option, Schedule } from "effect"
+import * as Steps from "../domain/lifecycleSteps.js"
+import type { PollPolicy } from "../domain/pollPolicy.js"
+import type { TaskState } from "../domain/taskState.js"
 import { probeMp4 } from "../output/mp4Probe.js"
 import { ObjectStore } from "../output/ObjectStore.js"
 import { OutputDownloader } from "../output/OutputDownloader.js"
 import { OutputWork } from "../output/OutputWork.js"
 import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
-import type { TaskState } from "../persistence/TaskStore.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
 import { isTerminal } from "../schema/task.js"
-import * as Steps from "./lifecycle.js"
 import { makePoller } from "./poller.js"
-import { PollPolicyConfig } from "./pollPolicy.js"
 import { makeSubmitter } from "./submitter.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
+
+const PollPolicyConfig: Config.Config<PollPolicy> = Config.all({
+  scale: Config.number("POLL_INTERVAL_SCALE").pipe(Config.withDefault(1)),
+  expectedMax: Config.duration("TASK_EXPECTED_MAX_DURATION").pipe(Config.withDefault(Duration.minutes(30))),
+  notFoundGrace: Config.duration("POLL_NOT_FOUND_GRACE").pipe(Config.withDefault(Duration.minutes(2))),
+  errorCap: Config.duration("POLL_ERROR_BACKOFF_CAP").pipe(Config.withDefault(Duration.minutes(5)))
+})
 
 export const LifecycleConfig = Config.all({
   policy: PollPolicyConfig,

@@ -1,14 +1,14 @@
 import { Clock, Duration, Effect, Either, Option } from "effect"
+import { providerLostJob } from "../domain/lifecycleSteps.js"
+import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "../domain/pollPolicy.js"
+import type { TaskState } from "../domain/taskState.js"
 import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
-import type { TaskState } from "../persistence/TaskStore.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
 import { sha256hex } from "../providers/ProviderAdapter.js"
 import type { ProviderCallFailed, ProviderClients } from "../providers/ProviderClients.js"
 import type { ProviderQuota } from "../quota/ProviderQuota.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { type AttemptSnapshot, isTerminal, trusted } from "../schema/task.js"
-import { providerLostJob } from "./lifecycle.js"
-import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "./pollPolicy.js"
 import type { TaskHandle } from "./taskHandle.js"
 
 /** A poll's answer as an observation: the same shape and the same transition as a webhook's. */

@@ -1,10 +1,10 @@
 import { Clock, Duration, Effect, Either, Option } from "effect"
+import * as Steps from "../domain/lifecycleSteps.js"
+import type { TaskState } from "../domain/taskState.js"
 import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
-import type { TaskState } from "../persistence/TaskStore.js"
 import type { WriteFence } from "../persistence/WriteFence.js"
 import type { ProviderClients } from "../providers/ProviderClients.js"
 import type { ProviderQuota } from "../quota/ProviderQuota.js"
-import * as Steps from "./lifecycle.js"
 import type { makePoller } from "./poller.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
 

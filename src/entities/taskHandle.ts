@@ -1,11 +1,11 @@
 import { Effect } from "effect"
-import type { TaskState } from "../persistence/TaskStore.js"
+import type { StepMeta } from "../domain/lifecycleSteps.js"
+import type { TaskState } from "../domain/taskState.js"
+import type { Outcome } from "../domain/transition.js"
 import type { StorageUnavailable, TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import type { CommandResult } from "./GenerationTask.js"
-import type { StepMeta } from "./lifecycle.js"
-import type { Outcome } from "./transition.js"
 
 type WriteError = TaskNotFound | WriteFenced | VersionConflict | StorageUnavailable
 

@@ -1,9 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect, Either } from "effect"
+import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { makeGroupCommit } from "../persistence/GroupCommit.js"
 import { StorageUnavailable } from "../schema/errors.js"
-
-export const INBOX_CHANNEL = "provider_inbox"
 
 export interface InboxEntry {
   readonly provider: string

@@ -2,12 +2,13 @@ import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Config, Duration, Effect, Either, Layer, Queue, Schedule, Stream } from "effect"
 import { TaskClient } from "../entities/TaskClient.js"
+import { INBOX_CHANNEL } from "../persistence/channels.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
 import { webhookProtocolOf } from "../providers/webhookProtocols.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { trusted } from "../schema/task.js"
-import { CallbackInbox, INBOX_CHANNEL } from "./CallbackInbox.js"
+import { CallbackInbox } from "./CallbackInbox.js"
 
 interface InboxRow {
   readonly id: number

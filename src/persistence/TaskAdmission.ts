@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Config, Data, Duration, Effect, Option, Schedule } from "effect"
-import { domainEventOf, publicPayloadOf } from "../entities/taskEvents.js"
+import { domainEventOf, publicPayloadOf } from "../domain/taskEvents.js"
 import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound, WriteFenced } from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"

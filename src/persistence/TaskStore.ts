@@ -1,7 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Config, Effect, Either, Option } from "effect"
-import type { Change } from "../entities/transition.js"
+import type { TaskState } from "../domain/taskState.js"
+import type { Change } from "../domain/transition.js"
 import { EventCursor } from "../schema/cursor.js"
 import { WriteFenced } from "../schema/errors.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
@@ -12,11 +13,6 @@ import { storageUnavailable } from "./storageUnavailable.js"
 import { WriteFence } from "./WriteFence.js"
 
 const unavailable = storageUnavailable("task store")
-
-export interface TaskState {
-  readonly task: TaskSnapshot
-  readonly attempt: AttemptSnapshot | null
-}
 
 /** The result of one commit attempt: applied, or lost the version CAS (reload and re-evaluate). */
 export type CommitResult =

@@ -1,6 +1,6 @@
 import { ConfigProvider, Effect, Layer, Logger, LogLevel, Redacted, Scope } from "effect"
 import * as Database from "../../src/persistence/Database.js"
-import { layerPropagationMemory } from "../../src/runners/Propagation.js"
+import { layerPropagationMemory } from "../../src/propagation/Propagation.js"
 import { layerLifecycle, layerLifecycleDisabled, layerRunnerWith, layerStores } from "../../src/runners/Runner.js"
 import { RunnerConfig } from "../../src/runners/RunnerConfig.js"
 import { allocatePort } from "./ports.js"

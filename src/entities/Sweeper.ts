@@ -1,8 +1,8 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect } from "effect"
-import { TaskClient } from "../entities/TaskClient.js"
 import { QuotaMaxWait } from "../quota/ProviderQuota.js"
+import { TaskClient } from "./TaskClient.js"
 import { wakeTasks } from "./wakeTasks.js"
 
 /**

@@ -1,9 +1,9 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Config, Duration, Effect } from "effect"
-import { TaskClient } from "../entities/TaskClient.js"
-import { LifecycleConfig } from "../entities/TaskLifecycle.js"
-import { INBOX_CHANNEL } from "../intake/CallbackInbox.js"
+import { INBOX_CHANNEL } from "../persistence/channels.js"
+import { TaskClient } from "./TaskClient.js"
+import { LifecycleConfig } from "./TaskLifecycle.js"
 import { wakeTasks } from "./wakeTasks.js"
 
 /**

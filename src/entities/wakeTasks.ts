@@ -1,6 +1,6 @@
 import { Effect } from "effect"
-import type { TaskClient } from "../entities/TaskClient.js"
 import type { TaskId } from "../schema/ids.js"
+import type { TaskClient } from "./TaskClient.js"
 
 /**
  * Activates task entities (a Start message): an entity that is not running starts its lifecycle from

@@ -1,7 +1,7 @@
-import type { TaskState } from "../persistence/TaskStore.js"
 import type { EventSource } from "../schema/events.js"
 import type { AttemptId } from "../schema/ids.js"
 import { AttemptSnapshot, type PublicErrorCode, type TaskSnapshot, trusted } from "../schema/task.js"
+import type { TaskState } from "./taskState.js"
 import { current, makeChange, Outcome, type Target } from "./transition.js"
 
 /**

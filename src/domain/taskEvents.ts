@@ -1,8 +1,14 @@
-import type { DomainEvent, EventSource, PublicTaskPayload, TaskEventType } from "../schema/events.js"
+import type { DomainEvent, EventSource, LiveTaskEvent, PublicTaskPayload, TaskEventType } from "../schema/events.js"
 import type { TaskSnapshot } from "../schema/task.js"
 
-/** What a browser may see of a task at this version (task_events.public_payload, SSE `data:`). */
-export const publicPayloadOf = (task: TaskSnapshot): PublicTaskPayload => ({
+/** The fields of a task that a browser may see, wherever they are held (a snapshot, a domain event). */
+type PublicFields = Pick<TaskSnapshot, "id" | "version" | "status" | "stage" | "progress" | "assetId" | "errorCode">
+
+/**
+ * What a browser may see of a task at this version (task_events.public_payload, SSE `data:`, the bus): the one
+ * builder of it, so no path can leak a field the others hide.
+ */
+export const publicPayloadOf = (task: PublicFields): PublicTaskPayload => ({
   task_id: task.id,
   task_version: task.version,
   status: task.status,
@@ -40,4 +46,19 @@ export const domainEventOf = (
   write_epoch: task.writeEpoch,
   occurred_at: meta.occurredAt.toISOString(),
   trace_id: meta.traceId
+})
+
+/** The browser-safe notification of a domain event: what gateways receive on the project's channel. */
+export const liveEventOf = (e: DomainEvent): LiveTaskEvent => ({
+  cursor: e.cursor.toString(),
+  event_type: e.event_type,
+  payload: publicPayloadOf({
+    id: e.aggregate_id,
+    version: e.aggregate_version,
+    status: e.status,
+    stage: e.stage,
+    progress: e.progress,
+    assetId: e.asset_id,
+    errorCode: e.error_code
+  })
 })

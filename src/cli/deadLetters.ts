@@ -2,8 +2,8 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Layer, Schema } from "effect"
 import * as Bus from "../bus/NotificationBus.js"
 import * as Database from "../persistence/Database.js"
+import { listDeadLetters, replayDeadLetters } from "../propagation/DeadLetters.js"
 import * as Redis from "../redis/Redis.js"
-import { listDeadLetters, replayDeadLetters } from "./DeadLetters.js"
 
 /** npm run dead-letters -- list | replay <id>|all: the notifications the dispatcher gave up on. */
 const Args = Schema.Union(

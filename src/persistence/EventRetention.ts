@@ -1,6 +1,6 @@
 import { Singleton } from "@effect/cluster"
 import { Config, Duration, Effect, Layer } from "effect"
-import { EventLog } from "../persistence/EventLog.js"
+import { EventLog } from "./EventLog.js"
 
 /**
  * A cluster singleton that forgets task events older than EVENT_RETENTION (7 days) and spent stream tokens past

@@ -1,8 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { NotificationBus } from "../bus/NotificationBus.js"
+import { liveEventOf } from "../domain/taskEvents.js"
 import { DomainEvent } from "../schema/events.js"
-import { liveEventOf } from "./NotificationDispatcher.js"
 
 export interface DeadLetter {
   readonly id: number

@@ -2,9 +2,8 @@ import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Config, Duration, Effect, Queue, Schedule, Stream } from "effect"
+import { OUTBOX_CHANNEL } from "../persistence/channels.js"
 import { EventQueue } from "../queue/EventQueue.js"
-
-export const OUTBOX_CHANNEL = "outbox_events"
 
 /**
  * The outbox relay (seed 12.4 steps 8–9): a cluster singleton, so relays never fight and the relay moves when its

@@ -1,5 +1,4 @@
-import { Config, Duration, Option } from "effect"
-import type { ProviderCallFailed } from "../providers/ProviderClients.js"
+import { Duration, Option } from "effect"
 import type { TaskStatus } from "../schema/task.js"
 
 /**
@@ -17,12 +16,11 @@ export interface PollPolicy {
   readonly errorCap: Duration.Duration
 }
 
-export const PollPolicyConfig: Config.Config<PollPolicy> = Config.all({
-  scale: Config.number("POLL_INTERVAL_SCALE").pipe(Config.withDefault(1)),
-  expectedMax: Config.duration("TASK_EXPECTED_MAX_DURATION").pipe(Config.withDefault(Duration.minutes(30))),
-  notFoundGrace: Config.duration("POLL_NOT_FOUND_GRACE").pipe(Config.withDefault(Duration.minutes(2))),
-  errorCap: Config.duration("POLL_ERROR_BACKOFF_CAP").pipe(Config.withDefault(Duration.minutes(5)))
-})
+/** How a failed provider call was classified (ProviderCallFailed carries it). */
+export interface PollFailure {
+  readonly kind: "rate_limited" | "server" | "network" | "not_found" | "auth" | "malformed"
+  readonly retryAfter: Option.Option<Duration.Duration>
+}
 
 const between = (loSeconds: number, hiSeconds: number, random: number) =>
   (loSeconds + (hiSeconds - loSeconds) * random) * 1000
@@ -49,7 +47,7 @@ export const firstPoll = (policy: PollPolicy, random: number = Math.random()): n
 
 /** Milliseconds until the next try after a failed query, by error class (seed 12.8.4). */
 export const nextPollAfterFailure = (
-  error: ProviderCallFailed,
+  error: PollFailure,
   failures: number,
   policy: PollPolicy,
   random: number = Math.random()

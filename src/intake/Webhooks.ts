@@ -1,8 +1,8 @@
 import { type HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Config, Data, Duration, Effect, Either, Option } from "effect"
-import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
 import { ProviderRegistry } from "../providers/ProviderRegistry.js"
+import { CallbackInbox } from "./CallbackInbox.js"
 
 class BodyTooLarge extends Data.TaggedError("BodyTooLarge") {}
 class BodyTimeout extends Data.TaggedError("BodyTimeout") {}

@@ -1,25 +1,11 @@
 import { SqlClient } from "@effect/sql"
 import { Config, Effect, Either, Layer, ParseResult, Schema } from "effect"
 import { NotificationBus } from "../bus/NotificationBus.js"
+import { liveEventOf } from "../domain/taskEvents.js"
 import { type Delivery, EventQueue } from "../queue/EventQueue.js"
-import { DomainEvent, type LiveTaskEvent } from "../schema/events.js"
+import { DomainEvent } from "../schema/events.js"
 
 const decodeEvent = Schema.decodeUnknownEither(Schema.parseJson(DomainEvent))
-
-/** The browser-safe notification of a domain event: what gateways receive on the project's channel. */
-export const liveEventOf = (e: DomainEvent): LiveTaskEvent => ({
-  cursor: e.cursor.toString(),
-  event_type: e.event_type,
-  payload: {
-    task_id: e.aggregate_id,
-    task_version: e.aggregate_version,
-    status: e.status,
-    stage: e.stage,
-    progress: e.progress,
-    asset_id: e.asset_id,
-    error_code: e.error_code
-  }
-})
 
 /**
  * The notification dispatcher (seed 12.4 step 10): a consumer of the event queue's group
