@@ -4,6 +4,7 @@
  * backoff and full jitter (no reconnect storm when a gateway comes back); after repeated failures it polls
  * snapshots every 10–30 s ("live updates paused") while it keeps trying, and resumes by cursor.
  */
+import { backoffMillis } from "../domain/backoff.js"
 
 export interface TaskState {
   readonly task_id: string
@@ -69,7 +70,7 @@ export class LiveClient {
       try {
         return await this.snapshot(takeCursor)
       } catch {
-        await new Promise((r) => setTimeout(r, Math.random() * Math.min(30_000, 500 * 2 ** Math.min(attempt, 16))))
+        await new Promise((r) => setTimeout(r, backoffMillis(attempt, { baseMs: 500, capMs: 30_000 })))
       }
     }
   }
@@ -164,7 +165,7 @@ export class LiveClient {
     this.options.onConnection(this.pollTimer === undefined ? "reconnecting" : "paused")
     const base = this.options.backoffBaseMs ?? 500
     const max = this.options.backoffMaxMs ?? 30_000
-    const delay = Math.random() * Math.min(max, base * 2 ** Math.min(this.failures, 16))
+    const delay = backoffMillis(this.failures, { baseMs: base, capMs: max })
     clearTimeout(this.retryTimer)
     this.retryTimer = setTimeout(() => this.connect(), delay)
   }

@@ -1,5 +1,6 @@
 import { Duration, Option } from "effect"
 import type { TaskStatus } from "../schema/task.js"
+import { backoffMillis } from "./backoff.js"
 
 /**
  * When a task's poller looks at the provider next (seed 12.8.3): state-aware intervals with jitter, the
@@ -52,10 +53,11 @@ export const nextPollAfterFailure = (
   policy: PollPolicy,
   random: number = Math.random()
 ): number => {
-  const exponential = Math.min(
-    Duration.toMillis(policy.errorCap),
-    2 ** Math.min(failures, 20) * 1000 * policy.scale
-  ) * (0.5 + random / 2)
+  const exponential = backoffMillis(
+    failures,
+    { baseMs: 1000 * policy.scale, capMs: Duration.toMillis(policy.errorCap) },
+    random
+  )
   switch (error.kind) {
     case "rate_limited":
       return Option.match(error.retryAfter, {

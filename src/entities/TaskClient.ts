@@ -1,4 +1,5 @@
 import { Cause, Duration, Effect, Schedule } from "effect"
+import { backoffSchedule } from "../domain/backoff.js"
 import { TaskUnavailable } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import { GenerationTask } from "./GenerationTask.js"
@@ -11,8 +12,7 @@ import { GenerationTask } from "./GenerationTask.js"
 export class TaskClient extends Effect.Service<TaskClient>()("TaskClient", {
   effect: Effect.gen(function*() {
     const makeClient = yield* GenerationTask.client
-    const retrySchedule = Schedule.exponential(Duration.millis(50), 2).pipe(
-      Schedule.union(Schedule.spaced(Duration.seconds(1))),
+    const retrySchedule = backoffSchedule({ base: Duration.millis(50), cap: Duration.seconds(1) }).pipe(
       Schedule.upTo(Duration.seconds(10))
     )
 

@@ -1,4 +1,5 @@
 import { Clock, Config, Duration, Effect, Either, Option, Schedule } from "effect"
+import { backoffMillis } from "../domain/backoff.js"
 import * as Steps from "../domain/lifecycleSteps.js"
 import type { PollPolicy } from "../domain/pollPolicy.js"
 import type { TaskState } from "../domain/taskState.js"
@@ -55,8 +56,20 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const quota = yield* ProviderQuota
     const poller = makePoller({ clients, schedule, quota, config })
     const scaled = (seconds: number) => seconds * 1000 * config.policy.scale * (0.8 + Math.random() * 0.4)
+    /** The one backoff from 1 s (scaled like every interval), for retry `n`, capped at `capSeconds`. */
+    const retryDelay = (n: number, capSeconds: number) =>
+      backoffMillis(n, { baseMs: 1000 * config.policy.scale, capMs: capSeconds * 1000 * config.policy.scale })
 
-    const { resolveUnknown, submit } = makeSubmitter({ clients, schedule, quota, fence, poller, config, scaled })
+    const { resolveUnknown, submit } = makeSubmitter({
+      clients,
+      schedule,
+      quota,
+      fence,
+      poller,
+      config,
+      scaled,
+      retryDelay
+    })
 
     const fetchOutput = (h: TaskHandle, s: TaskState) =>
       Effect.gen(function*() {
@@ -76,7 +89,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
           if (Either.isLeft(stored)) {
             const e = stored.left
             yield* Effect.logWarning("output fetch failed", e)
-            const retryIn = scaled(Math.min(300, 2 ** Math.min(h.failures(), 8)))
+            const retryIn = retryDelay(h.failures(), 300)
             yield* operations.failed(
               h.taskId,
               attempt.id,
@@ -168,7 +181,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             Effect.catchAllCause((cause) =>
               Effect.as(
                 Effect.logWarning("lifecycle step failed; retrying", cause),
-                scaled(Math.min(60, 2 ** h.failed()))
+                retryDelay(h.failed(), 60)
               )
             )
           )

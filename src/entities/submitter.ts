@@ -25,6 +25,7 @@ export interface SubmitterDeps {
   }
   /** Seconds of the seed's scale as jittered milliseconds of this deployment's scale. */
   readonly scaled: (seconds: number) => number
+  readonly retryDelay: (n: number, capSeconds: number) => number
 }
 
 /**
@@ -32,7 +33,9 @@ export interface SubmitterDeps {
  * then submitted, unknown or a new attempt; an unknown outcome is resolved by lookup by our idempotency key,
  * never by submitting again before the provider confirms it has nothing.
  */
-export const makeSubmitter = ({ clients, config, fence, poller, quota, schedule, scaled }: SubmitterDeps) => {
+export const makeSubmitter = (
+  { clients, config, fence, poller, quota, retryDelay, schedule, scaled }: SubmitterDeps
+) => {
   const submit = (h: TaskHandle, s: TaskState) =>
     Effect.gen(function*() {
       const attempt = s.attempt!
@@ -87,7 +90,7 @@ export const makeSubmitter = ({ clients, config, fence, poller, quota, schedule,
             now,
             meta(h.taskId)
           ),
-        scaled(2 ** attempt.attemptNo)
+        retryDelay(attempt.attemptNo, 60)
       )
     })
 

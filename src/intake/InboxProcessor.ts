@@ -1,8 +1,9 @@
 import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
-import { Config, Duration, Effect, Either, Layer, Queue, Schedule, Stream } from "effect"
+import { Config, Duration, Effect, Either, Layer, Schedule } from "effect"
+import { backoffMillis } from "../domain/backoff.js"
 import { TaskClient } from "../entities/TaskClient.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
+import { runWakeLoop } from "../persistence/WakeLoop.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
 import { webhookProtocolOf } from "../providers/webhookProtocols.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
@@ -26,9 +27,9 @@ interface InboxRow {
   readonly retry_count: number
 }
 
-/** Exponential backoff with jitter for rows that must wait: 1 s, 2 s, 4 s ... capped. */
+/** Seconds a row that must wait waits before its next try: the one backoff from 1 s, capped. */
 const backoffSeconds = (retry: number, capSeconds: number) =>
-  Math.min(capSeconds, 2 ** Math.min(retry, 20)) * (0.8 + Math.random() * 0.4)
+  backoffMillis(retry, { baseMs: 1000, capMs: capSeconds * 1000 }) / 1000
 
 /**
  * Drains the callback inbox on every runner: claims due rows with FOR UPDATE SKIP LOCKED (a 30 s lease, so
@@ -42,7 +43,6 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
   // a runner can be a pure gateway (or a pure worker); every runner processes by default
   if (!(yield* Config.boolean("INBOX_PROCESSOR_ENABLED").pipe(Config.withDefault(true)))) return
   const sql = yield* SqlClient.SqlClient
-  const pg = yield* PgClient.PgClient
   const tasks = yield* TaskClient
   const sweepInterval = yield* Config.duration("INBOX_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
   const batchSize = yield* Config.integer("INBOX_BATCH_SIZE").pipe(Config.withDefault(64))
@@ -167,17 +167,12 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
     Effect.forkScoped
   )
 
-  const wake = yield* Queue.sliding<void>(1)
-  yield* pg.listen(INBOX_CHANNEL).pipe(
-    Stream.runForEach(() => Queue.offer(wake, undefined)),
-    Effect.tapErrorCause((cause) => Effect.logWarning("inbox LISTEN lost; the sweep carries on", cause)),
-    Effect.retry(Schedule.spaced(Duration.seconds(5))),
-    Effect.forkScoped
-  )
-  yield* Effect.gen(function*() {
-    const n = yield* drain.pipe(
-      Effect.catchAllCause((cause) => Effect.as(Effect.logError("inbox sweep failed", cause), 0))
-    )
-    if (n < batchSize) yield* Effect.ignore(Effect.timeout(Queue.take(wake), sweepInterval))
-  }).pipe(Effect.forever, Effect.forkScoped)
+  yield* runWakeLoop({
+    name: "inbox processor",
+    channel: INBOX_CHANNEL,
+    sweep: sweepInterval,
+    batchSize,
+    backoff: { base: Duration.millis(200), cap: Duration.seconds(10) },
+    drain
+  }).pipe(Effect.forkScoped)
 }))

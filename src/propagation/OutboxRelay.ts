@@ -1,8 +1,8 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { PgClient } from "@effect/sql-pg"
-import { Config, Duration, Effect, Queue, Schedule, Stream } from "effect"
+import { Config, Duration, Effect } from "effect"
 import { OUTBOX_CHANNEL } from "../persistence/channels.js"
+import { runWakeLoop } from "../persistence/WakeLoop.js"
 import { EventQueue } from "../queue/EventQueue.js"
 
 /**
@@ -17,7 +17,6 @@ export const OutboxRelayLive = Singleton.make(
   "OutboxRelay",
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const pg = yield* PgClient.PgClient
     const queue = yield* EventQueue
     const batchSize = yield* Config.integer("OUTBOX_BATCH_SIZE").pipe(Config.withDefault(256))
     const sweep = yield* Config.duration("OUTBOX_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
@@ -40,30 +39,13 @@ export const OutboxRelayLive = Singleton.make(
       return rows.length
     }).pipe(sql.withTransaction)
 
-    const wake = yield* Queue.sliding<void>(1)
-    yield* pg.listen(OUTBOX_CHANNEL).pipe(
-      Stream.runForEach(() => Queue.offer(wake, undefined)),
-      Effect.tapErrorCause((cause) => Effect.logWarning("outbox LISTEN lost; the sweep carries on", cause)),
-      Effect.retry(Schedule.spaced(Duration.seconds(5))),
-      Effect.forkScoped
-    )
-
-    let failures = 0
-    yield* Effect.gen(function*() {
-      const relayed = yield* relayBatch.pipe(Effect.either)
-      if (relayed._tag === "Left") {
-        failures++
-        const backoff = Math.min(Duration.toMillis(maxBackoff), 200 * 2 ** Math.min(failures, 10))
-        if (failures === 1 || failures % 10 === 0) {
-          yield* Effect.logWarning("outbox relay cannot publish: rows wait in the outbox", relayed.left)
-            .pipe(Effect.annotateLogs({ failures, backoff_ms: backoff }))
-        }
-        yield* Effect.sleep(Duration.millis(backoff * (0.8 + Math.random() * 0.4)))
-        return
-      }
-      if (failures > 0) yield* Effect.logInfo("outbox relay publishing again").pipe(Effect.annotateLogs({ failures }))
-      failures = 0
-      if (relayed.right < batchSize) yield* Effect.ignore(Effect.timeout(Queue.take(wake), sweep))
-    }).pipe(Effect.forever)
+    return yield* runWakeLoop({
+      name: "outbox relay",
+      channel: OUTBOX_CHANNEL,
+      sweep,
+      batchSize,
+      backoff: { base: Duration.millis(200), cap: maxBackoff },
+      drain: relayBatch
+    })
   })
 )

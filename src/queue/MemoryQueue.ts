@@ -1,4 +1,5 @@
 import { Duration, Effect, Layer, Queue } from "effect"
+import { backoff } from "../domain/backoff.js"
 import { type Delivery, EventQueue, type OutgoingMessage } from "./EventQueue.js"
 
 /**
@@ -37,7 +38,7 @@ export const layerMemory: Layer.Layer<EventQueue> = Layer.sync(EventQueue, () =>
             const delivery: Delivery = { key: m.key, eventId: m.eventId, body: m.body, attempt }
             const ok = yield* handle(delivery).pipe(Effect.as(true), Effect.catchAllCause(() => Effect.succeed(false)))
             if (ok) break
-            yield* Effect.sleep(Duration.millis(Math.min(5000, 100 * 2 ** Math.min(attempt, 6))))
+            yield* Effect.sleep(backoff(attempt - 1, { base: Duration.millis(100), cap: Duration.seconds(5) }))
           }
         }).pipe(Effect.forever, Effect.forkScoped)
       })

@@ -1,18 +1,7 @@
-import {
-  Array as Arr,
-  Config,
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  Exit,
-  Layer,
-  Schedule,
-  Schema,
-  type Scope
-} from "effect"
+import { Array as Arr, Config, Context, Deferred, Duration, Effect, Exit, Layer, Schema, type Scope } from "effect"
 import { Writable } from "node:stream"
 import { type ILogger, type MessageView, Producer, SimpleConsumer } from "rocketmq-client-nodejs"
+import { backoffSchedule } from "../domain/backoff.js"
 import { type Delivery, EventQueue, type OutgoingMessage, QueueUnavailable } from "./EventQueue.js"
 
 export interface RocketMQOptions {
@@ -80,7 +69,7 @@ const start = <C extends Client>(what: string, make: () => C): Effect.Effect<C, 
     restore(
       startOnce(make).pipe(
         Effect.tapError((cause) => Effect.logWarning(`RocketMQ ${what} not started, retrying: ${String(cause)}`)),
-        Effect.retry(Schedule.exponential("500 millis").pipe(Schedule.either(Schedule.spaced("5 seconds")))),
+        Effect.retry(backoffSchedule({ base: Duration.millis(500), cap: Duration.seconds(5) })),
         Effect.orDie // the schedule never ends
       )
     ).pipe(Effect.tap((client) => Effect.addFinalizer(() => shutdown(client))))
@@ -215,7 +204,7 @@ export const makeRocketMQQueue = (
 
         const loop = receive.pipe(
           Effect.tapError((e) => Effect.logWarning(`RocketMQ receive failed (${group}): ${String(e)}`)),
-          Effect.retry(Schedule.exponential("200 millis").pipe(Schedule.either(Schedule.spaced("5 seconds")))),
+          Effect.retry(backoffSchedule({ base: Duration.millis(200), cap: Duration.seconds(5) })),
           Effect.orDie, // the schedule never ends
           Effect.flatMap(handleBatch),
           Effect.forever

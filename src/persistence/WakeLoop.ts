@@ -1,0 +1,55 @@
+import { PgClient } from "@effect/sql-pg"
+import { Duration, Effect, Queue, type Scope, Stream } from "effect"
+import { type Backoff, backoff, backoffSchedule } from "../domain/backoff.js"
+
+/**
+ * The one drain loop woken by PostgreSQL (the callback inbox, the outbox): LISTEN on the table's channel wakes it at
+ * once; a sweep every `sweep` is the safety net for a lost NOTIFY or a lost LISTEN connection (PGlite has none to
+ * spare); a failed drain waits the one backoff before trying again. `drain` answers how many rows it took: a full
+ * batch runs again at once, anything less waits for a wake or the sweep.
+ */
+export const runWakeLoop = <E, R>(options: {
+  readonly name: string
+  readonly channel: string
+  readonly sweep: Duration.Duration
+  readonly batchSize: number
+  readonly backoff: Backoff
+  readonly drain: Effect.Effect<number, E, R>
+}): Effect.Effect<never, never, R | PgClient.PgClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const pg = yield* PgClient.PgClient
+    const wake = yield* Queue.sliding<void>(1)
+    let listenLost = 0
+    yield* pg.listen(options.channel).pipe(
+      Stream.runForEach(() => {
+        listenLost = 0
+        return Queue.offer(wake, undefined)
+      }),
+      Effect.tapErrorCause((cause) =>
+        // once per outage, not once per retry: the sweep carries on meanwhile
+        ++listenLost === 1
+          ? Effect.logWarning(`${options.name} LISTEN lost; the sweep carries on`, cause)
+          : Effect.void
+      ),
+      Effect.retry(backoffSchedule({ base: Duration.seconds(1), cap: Duration.seconds(30) })),
+      Effect.forkScoped
+    )
+
+    let failures = 0
+    return yield* Effect.gen(function*() {
+      const drained = yield* options.drain.pipe(Effect.sandbox, Effect.either)
+      if (drained._tag === "Left") {
+        const wait = backoff(failures, options.backoff)
+        failures++
+        if (failures === 1 || failures % 10 === 0) {
+          yield* Effect.logWarning(`${options.name} cannot drain: rows wait in PostgreSQL`, drained.left).pipe(
+            Effect.annotateLogs({ failures, backoff_ms: Math.round(Duration.toMillis(wait)) })
+          )
+        }
+        return yield* Effect.sleep(wait)
+      }
+      if (failures > 0) yield* Effect.logInfo(`${options.name} draining again`).pipe(Effect.annotateLogs({ failures }))
+      failures = 0
+      if (drained.right < options.batchSize) yield* Effect.ignore(Effect.timeout(Queue.take(wake), options.sweep))
+    }).pipe(Effect.forever)
+  })
