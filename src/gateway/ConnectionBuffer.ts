@@ -1,3 +1,7 @@
+/**
+ * Plain code on the delivery path (no Effect): one buffer per open connection, touched on every event, so it holds
+ * nothing but an array (the gateway classes and the raw routes stand outside Effect for their memory: RawRoutes.ts).
+ */
 import type { StreamEvent } from "../persistence/EventLog.js"
 
 /** Same task, same event type, status and stage: the later one says everything the earlier one did. */

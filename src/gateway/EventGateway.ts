@@ -1,3 +1,8 @@
+/**
+ * Where Effect stops: opening a stream (limits, cursor check, subscribe, replay) is an Effect; the open stream is a
+ * plain `Connection` object fed synchronously by its project feed. A Scope and a fiber per connection kept the
+ * opening fiber's state for the stream's life: dropping them took an idle stream from 20.6 to 10.2 KiB of heap.
+ */
 import { Config, Effect, Option, Stream } from "effect"
 import { checkCursor, type CursorProblem, EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import { EventCursor } from "../schema/cursor.js"

@@ -1,3 +1,7 @@
+/**
+ * Where Effect stops: a feed's two loops (bus messages, holes filled from PostgreSQL) are Effect fibers, one pair per
+ * project on this runner; what they hand to connections is plain synchronous calls, so a connection costs no fiber.
+ */
 import { Config, Duration, Effect, Either, Exit, Queue, Runtime, Schema, Scope, Stream } from "effect"
 import { NotificationBus } from "../bus/NotificationBus.js"
 import { EventLog, type StreamEvent } from "../persistence/EventLog.js"

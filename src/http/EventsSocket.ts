@@ -1,3 +1,8 @@
+/**
+ * Where Effect stops: the WebSocket transport (the `ws` server on the Node server's upgrade event). Authenticating
+ * and replaying run as Effects; an open socket is plain callbacks, for the same per-connection cost as SSE
+ * (RawRoutes.ts) and because the platform's WebSocket server has no frame limit, ping or send buffer to watch.
+ */
 import { Config, Duration, Effect, type Fiber, FiberSet, Layer, Option } from "effect"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
