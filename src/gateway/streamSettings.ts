@@ -27,7 +27,11 @@ export const StreamSettings = S.area("Event streams", "SSE and WebSocket deliver
   streamsPerTenant: S.positiveNumber("STREAMS_PER_TENANT", "open streams per tenant on this runner", 20_000),
   opensPerSecond: S.positiveNumber("STREAM_OPENS_PER_SECOND", "new streams per second per user (token bucket)", 5),
   opensBurst: S.positiveNumber("STREAM_OPENS_BURST", "burst of new streams per user (token bucket)", 20),
-  sseHeartbeat: S.duration("SSE_HEARTBEAT", "heartbeat on an SSE stream; load balancer idle timeouts must be longer", "15 seconds"),
+  sseHeartbeat: S.duration(
+    "SSE_HEARTBEAT",
+    "heartbeat on an SSE stream; load balancer idle timeouts must be longer",
+    "15 seconds"
+  ),
   sseRetryMs: S.integer("SSE_RETRY_MS", "reconnect delay the SSE client is told (milliseconds)", 3000, { min: 0 }),
   writeDeadline: S.duration(
     "SSE_WRITE_DEADLINE",

@@ -8,7 +8,10 @@ import { ProjectId, TenantId, UserId } from "../schema/ids.js"
 export const AuthSettings = S.area("Auth", "bearer tokens, session cookies and browser origins", {
   // a failed check names the variable (refine): "AUTH_SECRET: must be at least 32 characters"
   secret: S.refine(
-    S.secret("AUTH_SECRET", "HS256 key of bearer and stream tokens, at least 32 characters; unset: a development secret (warned)"),
+    S.secret(
+      "AUTH_SECRET",
+      "HS256 key of bearer and stream tokens, at least 32 characters; unset: a development secret (warned)"
+    ),
     "must be at least 32 characters",
     (s) => Option.isNone(s) || Redacted.value(s.value).length >= 32
   ),

@@ -33,7 +33,11 @@ export const InboxSettings = S.area("Inbox", "storing provider callbacks and app
     50,
     { min: 1 }
   ),
-  sendTimeout: S.duration("INBOX_SEND_TIMEOUT", "how long an observation sent to a task's entity may take", "30 seconds"),
+  sendTimeout: S.duration(
+    "INBOX_SEND_TIMEOUT",
+    "how long an observation sent to a task's entity may take",
+    "30 seconds"
+  ),
   bodyRetention: S.duration(
     "INBOX_BODY_RETENTION",
     "bodies of processed callbacks are dropped after this",

@@ -9,7 +9,11 @@ export const EventRetentionSettings = S.area("Event retention", "how long task e
     "task events older than this are forgotten; a browser whose cursor is older gets a reset and a new snapshot",
     "7 days"
   ),
-  interval: S.duration("EVENT_RETENTION_INTERVAL", "how often old events and spent stream tokens are swept", "10 minutes"),
+  interval: S.duration(
+    "EVENT_RETENTION_INTERVAL",
+    "how often old events and spent stream tokens are swept",
+    "10 minutes"
+  ),
   batch: S.integer("EVENT_RETENTION_BATCH", "events deleted per statement", 5000, { min: 1 })
 })
 

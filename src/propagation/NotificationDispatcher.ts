@@ -8,22 +8,34 @@ import { DomainEvent } from "../schema/events.js"
 
 const decodeEvent = Schema.decodeUnknownEither(Schema.parseJson(DomainEvent))
 
-export const DispatcherSettings = S.area("Notification dispatcher", "from the event queue to the bus, on every runner", {
-  enabled: S.boolean("NOTIFICATION_DISPATCHER_ENABLED", "this runner consumes the event queue and feeds the bus", true),
-  group: S.string("DISPATCHER_GROUP", "the event queue's consumer group of the dispatchers", "notification-dispatcher"),
-  maxAttempts: S.integer(
-    "DISPATCH_MAX_ATTEMPTS",
-    "publishes of one event to the bus before it goes to notification_dead_letters",
-    10,
-    { min: 1 }
-  ),
-  dedupTasks: S.integer(
-    "DISPATCH_DEDUP_TASKS",
-    "tasks whose last published version is remembered, to drop redeliveries (least recently used forgotten)",
-    100_000,
-    { min: 1 }
-  )
-})
+export const DispatcherSettings = S.area(
+  "Notification dispatcher",
+  "from the event queue to the bus, on every runner",
+  {
+    enabled: S.boolean(
+      "NOTIFICATION_DISPATCHER_ENABLED",
+      "this runner consumes the event queue and feeds the bus",
+      true
+    ),
+    group: S.string(
+      "DISPATCHER_GROUP",
+      "the event queue's consumer group of the dispatchers",
+      "notification-dispatcher"
+    ),
+    maxAttempts: S.integer(
+      "DISPATCH_MAX_ATTEMPTS",
+      "publishes of one event to the bus before it goes to notification_dead_letters",
+      10,
+      { min: 1 }
+    ),
+    dedupTasks: S.integer(
+      "DISPATCH_DEDUP_TASKS",
+      "tasks whose last published version is remembered, to drop redeliveries (least recently used forgotten)",
+      100_000,
+      { min: 1 }
+    )
+  }
+)
 
 /**
  * The notification dispatcher (seed 12.4 step 10): a consumer of the event queue's group

@@ -6,15 +6,19 @@ import * as S from "../config/Settings.js"
 import { OUTBOX_CHANNEL } from "../persistence/channels.js"
 import { EventQueue } from "../queue/EventQueue.js"
 
-export const OutboxRelaySettings = S.area("Outbox relay", "from the outbox table to the event queue (a cluster singleton)", {
-  batchSize: S.integer("OUTBOX_BATCH_SIZE", "outbox rows published per transaction", 256, { min: 1 }),
-  sweepInterval: S.duration(
-    "OUTBOX_SWEEP_INTERVAL",
-    "safety-net sweep of the outbox; LISTEN/NOTIFY wakes the relay on every insert otherwise",
-    "1 second"
-  ),
-  maxBackoff: S.duration("OUTBOX_MAX_BACKOFF", "longest wait between tries while the queue refuses", "10 seconds")
-})
+export const OutboxRelaySettings = S.area(
+  "Outbox relay",
+  "from the outbox table to the event queue (a cluster singleton)",
+  {
+    batchSize: S.integer("OUTBOX_BATCH_SIZE", "outbox rows published per transaction", 256, { min: 1 }),
+    sweepInterval: S.duration(
+      "OUTBOX_SWEEP_INTERVAL",
+      "safety-net sweep of the outbox; LISTEN/NOTIFY wakes the relay on every insert otherwise",
+      "1 second"
+    ),
+    maxBackoff: S.duration("OUTBOX_MAX_BACKOFF", "longest wait between tries while the queue refuses", "10 seconds")
+  }
+)
 
 /**
  * The outbox relay (seed 12.4 steps 8–9): a cluster singleton, so relays never fight and the relay moves when its

@@ -59,7 +59,11 @@ export const QuotaSettings = S.area("Quota", "query rates at the providers, shar
     200
   ),
   tenantQps: S.positiveNumber("QUOTA_TENANT_QPS", "queries per second per tenant at one provider", 100),
-  burst: S.positiveNumber("QUOTA_BURST", "burst tolerance in seconds: how early a slot may be taken ahead of its turn", 0.05),
+  burst: S.positiveNumber(
+    "QUOTA_BURST",
+    "burst tolerance in seconds: how early a slot may be taken ahead of its turn",
+    0.05
+  ),
   maxWait: S.refine(
     S.duration(
       "QUOTA_MAX_WAIT",

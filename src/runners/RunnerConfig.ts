@@ -39,7 +39,11 @@ export const RunnerSettings = S.area("Runner", "HTTP listener, runner-to-runner 
     "how often unprocessed entity messages are polled from storage",
     "1 second"
   ),
-  entityMaxIdleTime: S.duration("ENTITY_MAX_IDLE_TIME", "an entity without messages is stopped after this", "5 minutes"),
+  entityMaxIdleTime: S.duration(
+    "ENTITY_MAX_IDLE_TIME",
+    "an entity without messages is stopped after this",
+    "5 minutes"
+  ),
   // Encoding and decoding every message to an entity on the same runner (as if it were remote) costs CPU on
   // the hot path; messages between runners are always serialized. Turn on to test serialization locally.
   simulateRemoteSerialization: S.boolean(
