@@ -101,7 +101,6 @@ export const QuotaSettings = S.area("Quota", "query rates at the providers, shar
  * at the full rate when no REDIS_URL is configured (one process), at QUOTA_LOCAL_SHARE of it while a configured
  * Redis does not answer (other runners are probably polling too).
  */
-
 export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuota", {
   scoped: Effect.gen(function*() {
     const { client, keyPrefix } = yield* Redis
