@@ -1,5 +1,6 @@
-import { Config, Context, Duration, Effect, Layer, Option, Queue, Schema, type Scope } from "effect"
+import { Context, Duration, Effect, Layer, Option, Queue, Schema, type Scope } from "effect"
 import type { Redis as IORedis } from "ioredis"
+import * as S from "../config/Settings.js"
 import { duplicate, Redis } from "../redis/Redis.js"
 
 export class BusUnavailable extends Schema.TaggedError<BusUnavailable>()("BusUnavailable", {
@@ -28,10 +29,16 @@ const PUBLISH_TIMEOUT = Duration.millis(500)
 const SUBSCRIBE_TIMEOUT = Duration.seconds(2)
 const GAP: BusEvent = { _tag: "Gap" }
 
-const bufferSize = Config.integer("BUS_SUBSCRIBER_BUFFER").pipe(
-  Config.validate({ message: "must be an integer > 0", validation: (n) => n > 0 }),
-  Config.withDefault(1024)
-)
+export const BusSettings = S.area("Bus", "live fan-out of task events to this runner's streams", {
+  subscriberBuffer: S.integer(
+    "BUS_SUBSCRIBER_BUFFER",
+    "messages buffered per local subscriber; past it the subscriber gets a Gap and re-reads from its cursor",
+    1024,
+    { min: 1 }
+  )
+})
+
+const bufferSize = Effect.map(BusSettings.config, (c) => c.subscriberBuffer)
 
 /**
  * One local subscriber. Its queue holds `capacity` messages plus one slot that only a Gap may take, so a full

@@ -55,15 +55,19 @@ export const integer = (
 ): Setting<number> => {
   const min = range.min ?? Number.MIN_SAFE_INTEGER
   const max = range.max ?? Number.MAX_SAFE_INTEGER
-  const bounds = range.min !== undefined || range.max !== undefined
-    ? ` (${range.min ?? "…"}–${range.max ?? "…"})`
+  const bounds = range.min !== undefined && range.max !== undefined
+    ? `${range.min}–${range.max}`
+    : range.min !== undefined
+    ? `≥ ${range.min}`
+    : range.max !== undefined
+    ? `≤ ${range.max}`
     : ""
   return setting(
     name,
-    `integer${bounds}`,
+    bounds === "" ? "integer" : `integer (${bounds})`,
     description,
     Config.integer(name).pipe(
-      Config.validate({ message: `must be an integer in ${min}–${max}`, validation: (n) => n >= min && n <= max })
+      Config.validate({ message: `must be an integer ${bounds}`.trimEnd(), validation: (n) => n >= min && n <= max })
     ),
     { value: fallback, shown: String(fallback) }
   )
@@ -80,6 +84,21 @@ export const number = (name: string, description: string, fallback: number): Set
     { value: fallback, shown: String(fallback) }
   )
 
+/** A number > 0 (a rate, a share, a count that may be fractional). */
+export const positiveNumber = (name: string, description: string, fallback: number): Setting<number> =>
+  setting(
+    name,
+    "number (> 0)",
+    description,
+    Config.number(name).pipe(
+      Config.validate({ message: "must be a number > 0", validation: (n: number) => Number.isFinite(n) && n > 0 })
+    ),
+    { value: fallback, shown: String(fallback) }
+  )
+
+export const optionalInteger = (name: string, description: string): Setting<Option.Option<number>> =>
+  setting(name, "integer", description, Config.option(Config.integer(name)), "optional")
+
 export const boolean = (name: string, description: string, fallback: boolean): Setting<boolean> =>
   setting(name, "boolean", description, Config.boolean(name), { value: fallback, shown: String(fallback) })
 
@@ -93,7 +112,8 @@ export const duration = (
 ): Setting<Duration.Duration> =>
   setting(name, "duration", description, Config.duration(name), {
     value: Duration.decode(fallback),
-    shown: Duration.format(Duration.decode(fallback))
+    // shown as written ("7 days"), which the environment accepts; Duration.format's "7d" it does not
+    shown: typeof fallback === "string" ? fallback : Duration.format(Duration.decode(fallback))
   })
 
 export const optionalDuration = (name: string, description: string): Setting<Option.Option<Duration.Duration>> =>

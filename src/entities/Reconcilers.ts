@@ -1,10 +1,20 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect } from "effect"
+import { Duration, Effect } from "effect"
+import * as S from "../config/Settings.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { TaskClient } from "./TaskClient.js"
-import { LifecycleConfig } from "./TaskLifecycle.js"
+import { LifecycleSettings } from "./TaskLifecycle.js"
 import { wakeTasks } from "./wakeTasks.js"
+
+export const ReconcilerSettings = S.area("Reconcilers", "re-driving facts that should have moved and did not", {
+  interval: S.duration("RECONCILE_INTERVAL", "how often the reconcilers run", "30 seconds"),
+  outputMargin: S.duration(
+    "OUTPUT_DEADLINE_MARGIN",
+    "outputs whose provider URL expires within this are re-driven (and warned about) before they are lost",
+    "10 minutes"
+  )
+})
 
 /**
  * A cluster singleton running the reconcilers of seed 12.8.6 every RECONCILE_INTERVAL. Each finds facts that
@@ -16,10 +26,9 @@ export const ReconcilersLive = Singleton.make(
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const tasks = yield* TaskClient
-    const interval = yield* Config.duration("RECONCILE_INTERVAL").pipe(Config.withDefault(Duration.seconds(30)))
+    const { interval, outputMargin } = yield* ReconcilerSettings.config
     // the lifecycle's own settings, so the reconcilers act exactly where the lifecycle stops waiting
-    const { policy: { expectedMax }, submitUnknownGrace: unknownAfter } = yield* LifecycleConfig
-    const outputMargin = yield* Config.duration("OUTPUT_DEADLINE_MARGIN").pipe(Config.withDefault(Duration.minutes(10)))
+    const { policy: { expectedMax }, submitUnknownGrace: unknownAfter } = yield* LifecycleSettings.config
     const secs = (d: Duration.Duration) => Duration.toSeconds(d)
 
     /** Inbox rows nobody drained for 5 minutes get a wake-up; orphans whose attempt is now known retry at once. */

@@ -1,9 +1,20 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect } from "effect"
-import { QuotaMaxWait } from "../quota/ProviderQuota.js"
+import { Duration, Effect } from "effect"
+import * as S from "../config/Settings.js"
+import { QuotaSettings } from "../quota/ProviderQuota.js"
 import { TaskClient } from "./TaskClient.js"
 import { wakeTasks } from "./wakeTasks.js"
+
+export const SweeperSettings = S.area("Sweeper", "waking tasks whose due work nobody is doing", {
+  interval: S.duration("SWEEP_INTERVAL", "how often the sweeper looks for tasks to wake", "5 seconds"),
+  grace: S.duration(
+    "SWEEP_GRACE",
+    "how long past due (a poll, plus QUOTA_MAX_WAIT) or in a step of its own a task may be before it is woken",
+    "10 seconds"
+  ),
+  batch: S.integer("SWEEP_BATCH", "tasks woken per sweep", 500, { min: 1 })
+})
 
 /**
  * A cluster singleton that wakes tasks whose due work nobody is doing (seed 12.8.5): an attempt whose poll is
@@ -16,12 +27,10 @@ export const SweeperLive = Singleton.make(
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const tasks = yield* TaskClient
-    const interval = yield* Config.duration("SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(5)))
-    const grace = yield* Config.duration("SWEEP_GRACE").pipe(Config.withDefault(Duration.seconds(10)))
-    const batch = yield* Config.integer("SWEEP_BATCH").pipe(Config.withDefault(500))
+    const { batch, grace, interval } = yield* SweeperSettings.config
     const graceSeconds = Duration.toSeconds(grace)
     // a poll may legitimately wait this long for its quota slot before it takes its lease
-    const quotaWait = yield* QuotaMaxWait
+    const { maxWait: quotaWait } = yield* QuotaSettings.config
     const pollGraceSeconds = graceSeconds + Duration.toSeconds(quotaWait)
 
     const due = sql<{ id: string }>`

@@ -1,4 +1,5 @@
-import { Clock, Config, Duration, Effect, Either, Option, Schedule } from "effect"
+import { Clock, Duration, Effect, Either, Option, Schedule } from "effect"
+import * as S from "../config/Settings.js"
 import { backoffMillis } from "../domain/backoff.js"
 import * as Steps from "../domain/lifecycleSteps.js"
 import type { PollPolicy } from "../domain/pollPolicy.js"
@@ -17,23 +18,48 @@ import { makePoller } from "./poller.js"
 import { makeSubmitter } from "./submitter.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
 
-const PollPolicyConfig: Config.Config<PollPolicy> = Config.all({
-  scale: Config.number("POLL_INTERVAL_SCALE").pipe(Config.withDefault(1)),
-  expectedMax: Config.duration("TASK_EXPECTED_MAX_DURATION").pipe(Config.withDefault(Duration.minutes(30))),
-  notFoundGrace: Config.duration("POLL_NOT_FOUND_GRACE").pipe(Config.withDefault(Duration.minutes(2))),
-  errorCap: Config.duration("POLL_ERROR_BACKOFF_CAP").pipe(Config.withDefault(Duration.minutes(5)))
+const pollPolicy: S.Setting<PollPolicy> = S.all({
+  scale: S.positiveNumber(
+    "POLL_INTERVAL_SCALE",
+    "multiplies every poll interval (2 s to 2 min by status and age); below 1 polls faster (tests)",
+    1
+  ),
+  expectedMax: S.duration(
+    "TASK_EXPECTED_MAX_DURATION",
+    "past this age a job is overdue: polled rarely, reported once, and reconciled",
+    "30 minutes"
+  ),
+  notFoundGrace: S.duration(
+    "POLL_NOT_FOUND_GRACE",
+    "how long a provider that does not know a job it accepted is believed to lag before the task is reconciled",
+    "2 minutes"
+  ),
+  errorCap: S.duration("POLL_ERROR_BACKOFF_CAP", "longest wait between polls after failed queries", "5 minutes")
 })
 
-export const LifecycleConfig = Config.all({
-  policy: PollPolicyConfig,
-  submitConcurrency: Config.integer("SUBMIT_CONCURRENCY").pipe(Config.withDefault(200)),
-  maxSubmitAttempts: Config.integer("MAX_SUBMIT_ATTEMPTS").pipe(Config.withDefault(3)),
+export const LifecycleSettings = S.area("Lifecycle", "how a task is submitted, polled and finished", {
+  policy: pollPolicy,
+  submitConcurrency: S.integer(
+    "SUBMIT_CONCURRENCY",
+    "submissions in flight per provider, model and tenant",
+    200,
+    { min: 1 }
+  ),
+  maxSubmitAttempts: S.integer("MAX_SUBMIT_ATTEMPTS", "attempts per task before it fails", 3, { min: 1 }),
   // how long after an unknown submit a provider's "nothing under this key" is believed (the request may still
   // be in flight inside the provider), and how long an unknown submit without a lookup waits for a callback
-  submitUnknownGrace: Config.duration("SUBMIT_UNKNOWN_GRACE").pipe(Config.withDefault(Duration.seconds(30))),
-  submitUnknownDeadline: Config.duration("SUBMIT_UNKNOWN_DEADLINE").pipe(Config.withDefault(Duration.hours(1))),
-  pollLease: Config.duration("POLL_LEASE").pipe(Config.withDefault(Duration.seconds(30))),
-  outputUrlTtl: Config.duration("OUTPUT_URL_TTL").pipe(Config.withDefault(Duration.hours(1)))
+  submitUnknownGrace: S.duration(
+    "SUBMIT_UNKNOWN_GRACE",
+    "after a submit of unknown outcome, how long before the provider's \"nothing under this key\" is believed",
+    "30 seconds"
+  ),
+  submitUnknownDeadline: S.duration(
+    "SUBMIT_UNKNOWN_DEADLINE",
+    "how long a submit of unknown outcome, at a provider without lookups, waits for a callback",
+    "1 hour"
+  ),
+  pollLease: S.duration("POLL_LEASE", "a poll's lease; the sweeper wakes a task whose lease lapsed", "30 seconds"),
+  outputUrlTtl: S.duration("OUTPUT_URL_TTL", "lifetime of the signed URL of a finished task's output", "1 hour")
 })
 
 /**
@@ -45,7 +71,7 @@ export const LifecycleConfig = Config.all({
  */
 export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycle", {
   effect: Effect.gen(function*() {
-    const config = yield* LifecycleConfig
+    const config = yield* LifecycleSettings.config
     const clients = yield* ProviderClients
     const schedule = yield* AttemptSchedule
     const operations = yield* TaskOperations

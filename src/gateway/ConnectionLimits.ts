@@ -1,16 +1,11 @@
-import { Config, Effect, Schema } from "effect"
+import { Effect, Schema } from "effect"
+import { StreamSettings } from "./streamSettings.js"
 
 /** Too many streams for this user or tenant, or opened too fast (seed 12.13.5): 429 with Retry-After. */
 export class TooManyConnections extends Schema.TaggedError<TooManyConnections>()("TooManyConnections", {
   message: Schema.String,
   retryAfterSeconds: Schema.Number
 }) {}
-
-const positive = (name: string, fallback: number) =>
-  Config.number(name).pipe(
-    Config.validate({ message: "must be a number > 0", validation: (n) => n > 0 }),
-    Config.withDefault(fallback)
-  )
 
 /**
  * Stream limits of this runner: open streams per user and per tenant, and a token bucket of new streams per
@@ -20,10 +15,9 @@ const positive = (name: string, fallback: number) =>
  */
 export class ConnectionLimits extends Effect.Service<ConnectionLimits>()("ConnectionLimits", {
   scoped: Effect.gen(function*() {
-    const perUser = yield* positive("STREAMS_PER_USER", 16)
-    const perTenant = yield* positive("STREAMS_PER_TENANT", 20_000)
-    const ratePerUser = yield* positive("STREAM_OPENS_PER_SECOND", 5)
-    const burstPerUser = yield* positive("STREAM_OPENS_BURST", 20)
+    const c = yield* StreamSettings.config
+    const [perUser, perTenant] = [c.streamsPerUser, c.streamsPerTenant]
+    const [ratePerUser, burstPerUser] = [c.opensPerSecond, c.opensBurst]
     const users = new Map<string, number>()
     const tenants = new Map<string, number>()
     const buckets = new Map<string, { tokens: number; at: number }>()

@@ -3,7 +3,7 @@
  * plain `Connection` object fed synchronously by its project feed. A Scope and a fiber per connection kept the
  * opening fiber's state for the stream's life: dropping them took an idle stream from 20.6 to 10.2 KiB of heap.
  */
-import { Config, Effect, Option, Stream } from "effect"
+import { Effect, Option, Stream } from "effect"
 import { checkCursor, type CursorProblem, EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import { EventCursor } from "../schema/cursor.js"
 import { ProjectNotFound } from "../schema/errors.js"
@@ -11,6 +11,7 @@ import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
 import { ConnectionBuffer } from "./ConnectionBuffer.js"
 import { ConnectionLimits } from "./ConnectionLimits.js"
 import { type FeedListener, ProjectFeeds } from "./ProjectFeeds.js"
+import { StreamSettings } from "./streamSettings.js"
 
 export type CloseReason = "overflow" | "stalled" | "stream_lost" | "shutdown"
 
@@ -120,7 +121,7 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
     const log = yield* EventLog
     const feeds = yield* ProjectFeeds
     const limits = yield* ConnectionLimits
-    const capacity = yield* Config.integer("GATEWAY_CONNECTION_BUFFER").pipe(Config.withDefault(128))
+    const { connectionBuffer: capacity } = yield* StreamSettings.config
     const stats = { open: 0, opened: 0, slowClientDisconnects: 0, resets: 0 }
 
     /**

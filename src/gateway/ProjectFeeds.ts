@@ -2,11 +2,12 @@
  * Where Effect stops: a feed's two loops (bus messages, holes filled from PostgreSQL) are Effect fibers, one pair per
  * project on this runner; what they hand to connections is plain synchronous calls, so a connection costs no fiber.
  */
-import { Config, Duration, Effect, Either, Exit, Queue, Runtime, Schema, Scope, Stream } from "effect"
+import { Duration, Effect, Either, Exit, Queue, Runtime, Schema, Scope, Stream } from "effect"
 import { NotificationBus } from "../bus/NotificationBus.js"
 import { EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import { EventCursorFromString } from "../schema/cursor.js"
 import { LiveTaskEvent } from "../schema/events.js"
+import { StreamSettings } from "./streamSettings.js"
 
 /** Who follows a feed: a connection. Called synchronously, in cursor order, with no gap. */
 export interface FeedListener {
@@ -69,8 +70,7 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
   scoped: Effect.gen(function*() {
     const bus = yield* NotificationBus
     const log = yield* EventLog
-    const holeWait = yield* Config.duration("GATEWAY_HOLE_WAIT").pipe(Config.withDefault(Duration.millis(150)))
-    const tailInterval = yield* Config.duration("GATEWAY_TAIL_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
+    const { holeWait, tailInterval } = yield* StreamSettings.config
     const holeWaitMs = Duration.toMillis(holeWait)
     const feeds = new Map<string, Promise<Feed> | Feed>()
     const runtime = yield* Effect.runtime<never>()

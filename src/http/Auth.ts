@@ -1,8 +1,26 @@
 import { HttpApiMiddleware, HttpApiSecurity, HttpServerRequest } from "@effect/platform"
-import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import * as jose from "jose"
+import * as S from "../config/Settings.js"
 import { Unauthorized } from "../schema/errors.js"
 import { ProjectId, TenantId, UserId } from "../schema/ids.js"
+
+export const AuthSettings = S.area("Auth", "bearer tokens, session cookies and browser origins", {
+  // a failed check names the variable (refine): "AUTH_SECRET: must be at least 32 characters"
+  secret: S.refine(
+    S.secret(
+      "AUTH_SECRET",
+      "HS256 key of bearer and stream tokens, at least 32 characters; unset: a development secret (warned)"
+    ),
+    "must be at least 32 characters",
+    (s) => Option.isNone(s) || Redacted.value(s.value).length >= 32
+  ),
+  allowedOrigins: S.list(
+    "ALLOWED_ORIGINS",
+    "comma-separated browser origins allowed to use a session cookie or open a stream; unset: the runner's own origin",
+    []
+  )
+})
 
 /** Who is calling: a tenant, the projects the token is scoped to ("*" = every project of the tenant), a user. */
 export class Principal extends Context.Tag("Principal")<Principal, {
@@ -51,13 +69,7 @@ const StreamClaims = Schema.Struct({
 /** Signs and verifies HS256 bearer tokens with the server secret (AUTH_SECRET). */
 export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
   effect: Effect.gen(function*() {
-    const secret = yield* Config.redacted("AUTH_SECRET").pipe(
-      Config.validate({
-        message: "AUTH_SECRET must be at least 32 characters",
-        validation: (s) => Redacted.value(s).length >= 32
-      }),
-      Config.option
-    )
+    const { secret } = yield* AuthSettings.config
     const key = new TextEncoder().encode(
       Option.match(secret, {
         onNone: () => "development-secret-change-me-please-000000",
@@ -110,7 +122,7 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
  */
 export class OriginPolicy extends Effect.Service<OriginPolicy>()("OriginPolicy", {
   effect: Effect.gen(function*() {
-    const listed = yield* Config.array(Config.string(), "ALLOWED_ORIGINS").pipe(Config.withDefault([]))
+    const { allowedOrigins: listed } = yield* AuthSettings.config
     const allowed = new Set(listed.map((o) => o.trim().replace(/\/$/, "")).filter((o) => o.length > 0))
     /** An absent Origin is a same-origin GET or a non-browser client: the credential decides alone. */
     const accepts = (origin: string | undefined, host: string | undefined): boolean => {

@@ -3,11 +3,12 @@
  * and replaying run as Effects; an open socket is plain callbacks, for the same per-connection cost as SSE
  * (RawRoutes.ts) and because the platform's WebSocket server has no frame limit, ping or send buffer to watch.
  */
-import { Config, Duration, Effect, type Fiber, FiberSet, Layer, Option } from "effect"
+import { Duration, Effect, type Fiber, FiberSet, Layer, Option } from "effect"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
+import { StreamSettings } from "../gateway/streamSettings.js"
 import { EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import type { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
@@ -53,10 +54,8 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const routes = yield* RawRoutes
   const gateway = yield* EventGateway
   const log = yield* EventLog
-  const maxFrame = yield* Config.integer("WS_MAX_FRAME").pipe(Config.withDefault(4096))
-  const pingEvery = yield* Config.duration("WS_PING_INTERVAL").pipe(Config.withDefault(Duration.seconds(15)))
-  const deadline = yield* Config.duration("SSE_WRITE_DEADLINE").pipe(Config.withDefault(Duration.seconds(10)))
-  const sendBuffer = yield* Config.integer("WS_SEND_BUFFER").pipe(Config.withDefault(64 * 1024))
+  const c = yield* StreamSettings.config
+  const { wsMaxFrame: maxFrame, wsPingInterval: pingEvery, wsSendBuffer: sendBuffer, writeDeadline: deadline } = c
   const deadlineMs = Duration.toMillis(deadline)
   const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxFrame, perMessageDeflate: false })

@@ -3,9 +3,10 @@
  * Node response written by plain callbacks (no fiber, span or Scope held per client), because an idle stream in
  * the platform's pipeline measured 28–64 KiB of heap against ~5 KiB for a bare Node response (see RawRoutes.ts).
  */
-import { Config, Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
+import { Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
+import { StreamSettings } from "../gateway/streamSettings.js"
 import type { CursorProblem, EventLog, StreamEvent } from "../persistence/EventLog.js"
 import { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
@@ -48,9 +49,7 @@ const SSE_HEADERS = {
 export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const routes = yield* RawRoutes
   const gateway = yield* EventGateway
-  const heartbeat = yield* Config.duration("SSE_HEARTBEAT").pipe(Config.withDefault(Duration.seconds(15)))
-  const deadline = yield* Config.duration("SSE_WRITE_DEADLINE").pipe(Config.withDefault(Duration.seconds(10)))
-  const retryMs = yield* Config.integer("SSE_RETRY_MS").pipe(Config.withDefault(3000))
+  const { sseHeartbeat: heartbeat, sseRetryMs: retryMs, writeDeadline: deadline } = yield* StreamSettings.config
   const deadlineMs = Duration.toMillis(deadline)
   const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
   const open = new Set<ServerResponse>()

@@ -1,8 +1,9 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect, Either } from "effect"
+import { Duration, Effect, Either } from "effect"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { makeGroupCommit } from "../persistence/GroupCommit.js"
 import { StorageUnavailable } from "../schema/errors.js"
+import { InboxSettings } from "./inboxSettings.js"
 
 export interface InboxEntry {
   readonly provider: string
@@ -77,8 +78,9 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
         })
       )
 
+    const { writeParallelism } = yield* Effect.orDie(InboxSettings.config)
     const enqueue = yield* makeGroupCommit({
-      parallelism: yield* Config.integer("INBOX_WRITE_PARALLELISM").pipe(Config.withDefault(4), Effect.orDie),
+      parallelism: writeParallelism,
       maxBatch: 128,
       run: (entries: ReadonlyArray<InboxEntry>) =>
         insert(entries).pipe(

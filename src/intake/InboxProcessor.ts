@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect, Either, Layer, Schedule } from "effect"
+import { Duration, Effect, Either, Layer, Schedule } from "effect"
 import { backoffMillis } from "../domain/backoff.js"
 import { TaskClient } from "../entities/TaskClient.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
@@ -10,6 +10,7 @@ import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { trusted } from "../schema/task.js"
 import { CallbackInbox } from "./CallbackInbox.js"
+import { InboxSettings } from "./inboxSettings.js"
 
 interface InboxRow {
   readonly id: number
@@ -40,16 +41,12 @@ const backoffSeconds = (retry: number, capSeconds: number) =>
  * LISTEN/NOTIFY wakes it at once; a sweep every INBOX_SWEEP_INTERVAL is the safety net.
  */
 export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
+  const c = yield* InboxSettings.config
   // a runner can be a pure gateway (or a pure worker); every runner processes by default
-  if (!(yield* Config.boolean("INBOX_PROCESSOR_ENABLED").pipe(Config.withDefault(true)))) return
+  if (!c.processorEnabled) return
   const sql = yield* SqlClient.SqlClient
   const tasks = yield* TaskClient
-  const sweepInterval = yield* Config.duration("INBOX_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
-  const batchSize = yield* Config.integer("INBOX_BATCH_SIZE").pipe(Config.withDefault(64))
-  const flagAfter = yield* Config.integer("ORPHAN_FLAG_AFTER").pipe(Config.withDefault(8))
-  // a task that keeps refusing (not an orphan: those wait forever) goes to the dead letter eventually
-  const maxRetries = yield* Config.integer("INBOX_MAX_RETRIES").pipe(Config.withDefault(50))
-  const sendTimeout = yield* Config.duration("INBOX_SEND_TIMEOUT").pipe(Config.withDefault(Duration.seconds(30)))
+  const { batchSize, maxRetries, orphanFlagAfter: flagAfter, sendTimeout, sweepInterval } = c
 
   const claim = sql<InboxRow>`
     UPDATE provider_callback_inbox i SET next_retry_at = now() + interval '30 seconds'
@@ -159,8 +156,7 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
   })
 
   const inbox = yield* CallbackInbox
-  const retention = yield* Config.duration("INBOX_BODY_RETENTION").pipe(Config.withDefault(Duration.days(7)))
-  yield* inbox.forgetBodies(retention).pipe(
+  yield* inbox.forgetBodies(c.bodyRetention).pipe(
     Effect.repeat({ until: (n) => n < 1000 }),
     Effect.catchAllCause((cause) => Effect.logWarning("inbox retention sweep failed", cause)),
     Effect.repeat(Schedule.spaced(Duration.minutes(10))),

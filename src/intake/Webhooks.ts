@@ -1,5 +1,6 @@
 import { type HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Config, Data, Duration, Effect, Either, Option } from "effect"
+import { Data, Duration, Effect, Either, Option } from "effect"
+import * as S from "../config/Settings.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
 import { ProviderRegistry } from "../providers/ProviderRegistry.js"
 import { CallbackInbox } from "./CallbackInbox.js"
@@ -11,6 +12,11 @@ const status = (code: number, error?: string) =>
   error === undefined
     ? HttpServerResponse.empty({ status: code })
     : HttpServerResponse.unsafeJson({ error }, { status: code })
+
+export const WebhookSettings = S.area("Webhook gateway", "receiving provider callbacks at /webhooks/{provider}", {
+  maxBytes: S.integer("WEBHOOK_MAX_BYTES", "largest callback body accepted (413 above)", 256 * 1024, { min: 1 }),
+  readTimeout: S.duration("WEBHOOK_READ_TIMEOUT", "how long a callback body may take to arrive", "10 seconds")
+})
 
 /** Reads the raw body, refusing more than `maxBytes` while it streams in and giving up after `timeout`. */
 const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number, timeout: Duration.Duration) =>
@@ -33,8 +39,7 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
   effect: Effect.gen(function*() {
     const registry = yield* ProviderRegistry
     const inbox = yield* CallbackInbox
-    const maxBytes = yield* Config.integer("WEBHOOK_MAX_BYTES").pipe(Config.withDefault(256 * 1024))
-    const readTimeout = yield* Config.duration("WEBHOOK_READ_TIMEOUT").pipe(Config.withDefault(Duration.seconds(10)))
+    const { maxBytes, readTimeout } = yield* WebhookSettings.config
 
     const handle = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest

@@ -1,7 +1,8 @@
-import { Config, Context, Effect, Layer, Option, Schema, Stream } from "effect"
+import { Context, Effect, Layer, Option, Schema, Stream } from "effect"
 import { createHash, randomUUID } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
+import { OutputSettings } from "./outputSettings.js"
 
 export interface StoredObject {
   readonly key: string
@@ -150,8 +151,5 @@ export const layerFilesystem = (root: string): Layer.Layer<ObjectStore> => {
 
 /** The filesystem store rooted at OBJECT_STORE_DIR (default .data/objects). */
 export const layerFromEnv = Layer.unwrapEffect(
-  Effect.map(
-    Config.string("OBJECT_STORE_DIR").pipe(Config.withDefault(".data/objects")),
-    layerFilesystem
-  )
+  Effect.map(OutputSettings.config, (c) => layerFilesystem(c.objectStoreDir))
 )

@@ -1,6 +1,7 @@
 import { HttpClient, type HttpClientError, type HttpClientRequest } from "@effect/platform"
-import { Config, Duration, Effect, Schema, Stream } from "effect"
+import { Duration, Effect, Schema, Stream } from "effect"
 import { ObjectStore, type StoredObject } from "./ObjectStore.js"
+import { OutputSettings } from "./outputSettings.js"
 
 /** Why an output could not be brought into our store; `retryable` says whether trying again later can help. */
 export class OutputFetchFailed extends Schema.TaggedError<OutputFetchFailed>()("OutputFetchFailed", {
@@ -27,15 +28,7 @@ export class OutputDownloader extends Effect.Service<OutputDownloader>()("Output
   effect: Effect.gen(function*() {
     const http = yield* HttpClient.HttpClient
     const store = yield* ObjectStore
-    const maxBytes = yield* Config.integer("OUTPUT_MAX_BYTES").pipe(
-      Config.validate({ message: "must be positive", validation: (n) => n > 0 }),
-      Config.withDefault(2 * 1024 ** 3)
-    )
-    const contentTypes = yield* Config.string("OUTPUT_CONTENT_TYPES").pipe(
-      Config.withDefault("video/mp4,application/octet-stream"),
-      Config.map((s) => new Set(s.split(",").map((t) => t.trim().toLowerCase()).filter((t) => t.length > 0)))
-    )
-    const timeout = yield* Config.duration("OUTPUT_DOWNLOAD_TIMEOUT").pipe(Config.withDefault(Duration.minutes(10)))
+    const { contentTypes, downloadTimeout: timeout, maxBytes } = yield* OutputSettings.config
 
     /** The body, failing once more than maxBytes have arrived or when it ends short of its Content-Length. */
     const limited = <E>(body: Stream.Stream<Uint8Array, E>, declared: number | null) => {

@@ -1,4 +1,5 @@
-import { Config, Deferred, Effect } from "effect"
+import { Deferred, Effect } from "effect"
+import { OutputSettings } from "./outputSettings.js"
 
 interface Waiter {
   readonly deadline: number
@@ -11,7 +12,7 @@ interface Waiter {
  */
 export class OutputWork extends Effect.Service<OutputWork>()("OutputWork", {
   effect: Effect.gen(function*() {
-    const permits = yield* Config.integer("OUTPUT_CONCURRENCY").pipe(Config.withDefault(8))
+    const { concurrency: permits } = yield* OutputSettings.config
     const waiting: Array<Waiter> = []
     let running = 0
 

@@ -3,7 +3,7 @@ import { PgClient } from "@effect/sql-pg"
 import * as Migrator from "@effect/sql/Migrator"
 import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { Config, Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import pg from "pg"
@@ -16,6 +16,7 @@ import inboxBody from "../../migrations/0005_inbox_body.js"
 import lifecycle from "../../migrations/0006_lifecycle.js"
 import propagation from "../../migrations/0007_propagation.js"
 import eventStreams from "../../migrations/0008_event_streams.js"
+import * as S from "../config/Settings.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -70,11 +71,11 @@ export const layerPostgres = (options: {
     types
   })
 
-export const layerPostgresConfig = Layer.unwrapEffect(Effect.gen(function*() {
-  const url = yield* Config.redacted("DATABASE_URL")
-  const maxConnections = yield* Config.integer("DB_POOL_SIZE").pipe(Config.withDefault(20))
-  return layerPostgres({ url, maxConnections })
-}))
+export const DatabaseSettings = S.area("Database", "where tasks, events and the cluster's tables live", {
+  url: S.secret("DATABASE_URL", "PostgreSQL for any number of runners; unset: the embedded PGlite (one runner)"),
+  poolSize: S.integer("DB_POOL_SIZE", "connections per runner (PostgreSQL only; PGlite takes 2)", 20, { min: 1 }),
+  embeddedDataDir: S.string("EMBEDDED_DATA_DIR", "PGlite data folder when DATABASE_URL is unset", ".data/pglite")
+})
 
 /**
  * The embedded default: PGlite served over a unix socket in the data folder, so @effect/sql-pg and
@@ -144,11 +145,13 @@ const isAlive = (pid: number): boolean => {
 }
 
 /** DATABASE_URL when set, else the embedded PGlite in EMBEDDED_DATA_DIR (default .data/pglite). */
-export const layerFromEnv = Layer.unwrapEffect(Effect.gen(function*() {
-  const url = yield* Config.option(Config.redacted("DATABASE_URL"))
-  if (Option.isSome(url)) return layerPostgresConfig
-  const dataDir = yield* Config.string("EMBEDDED_DATA_DIR").pipe(Config.withDefault(".data/pglite"))
-  return layerEmbedded(dataDir)
-}))
+export const layerFromEnv = Layer.unwrapEffect(Effect.map(
+  DatabaseSettings.config,
+  (c) =>
+    Option.match(c.url, {
+      onNone: () => layerEmbedded(c.embeddedDataDir),
+      onSome: (url) => layerPostgres({ url, maxConnections: c.poolSize })
+    })
+))
 
 export type Sql = PgClient.PgClient | SqlClient.SqlClient

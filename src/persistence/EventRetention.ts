@@ -1,6 +1,21 @@
 import { Singleton } from "@effect/cluster"
-import { Config, Duration, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
+import * as S from "../config/Settings.js"
 import { EventLog } from "./EventLog.js"
+
+export const EventRetentionSettings = S.area("Event retention", "how long task events stay replayable", {
+  retention: S.duration(
+    "EVENT_RETENTION",
+    "task events older than this are forgotten; a browser whose cursor is older gets a reset and a new snapshot",
+    "7 days"
+  ),
+  interval: S.duration(
+    "EVENT_RETENTION_INTERVAL",
+    "how often old events and spent stream tokens are swept",
+    "10 minutes"
+  ),
+  batch: S.integer("EVENT_RETENTION_BATCH", "events deleted per statement", 5000, { min: 1 })
+})
 
 /**
  * A cluster singleton that forgets task events older than EVENT_RETENTION (7 days) and spent stream tokens past
@@ -11,9 +26,7 @@ export const EventRetentionLive = Singleton.make(
   "EventRetention",
   Effect.gen(function*() {
     const log = yield* EventLog
-    const retention = yield* Config.duration("EVENT_RETENTION").pipe(Config.withDefault(Duration.days(7)))
-    const interval = yield* Config.duration("EVENT_RETENTION_INTERVAL").pipe(Config.withDefault(Duration.minutes(10)))
-    const batch = yield* Config.integer("EVENT_RETENTION_BATCH").pipe(Config.withDefault(5000))
+    const { retention, interval, batch } = yield* EventRetentionSettings.config
 
     const sweep = Effect.gen(function*() {
       let forgotten = 0

@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Data, Duration, Effect, Option, Schedule } from "effect"
+import { Data, Duration, Effect, Option, Schedule } from "effect"
+import * as S from "../config/Settings.js"
 import { domainEventOf, publicPayloadOf } from "../domain/taskEvents.js"
 import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound, WriteFenced } from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
@@ -9,6 +10,17 @@ import { taskFromRow } from "./TaskStore.js"
 import { FENCE_SCOPE, WriteFence } from "./WriteFence.js"
 
 const unavailable = storageUnavailable("task admission")
+
+export const AdmissionSettings = S.area("Admission", "when new tasks are refused", {
+  // seed 19.3.5: when the event queue cannot keep up (or is down), the outbox grows; past the watermark new
+  // work is refused (503) so that existing tasks keep moving and the backlog can drain
+  backlogWatermark: S.integer(
+    "OUTBOX_BACKLOG_WATERMARK",
+    "unpublished outbox events past which new tasks are refused (503) so that existing ones keep moving",
+    50_000,
+    { min: 1 }
+  )
+})
 
 /** Modes in which new tasks may be admitted (seed 19.5.5); the others keep existing tasks moving only. */
 const ADMITTING_MODES = ["NORMAL", "DEGRADED_NOTIFY", "DEGRADED_PROVIDER", "QUEUE_ONLY"]
@@ -107,9 +119,7 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
         return { task, created: true }
       }).pipe(sql.withTransaction)
 
-    // seed 19.3.5: when the event queue cannot keep up (or is down), the outbox grows; past the watermark new
-    // work is refused (503) so that existing tasks keep moving and the backlog can drain
-    const watermark = yield* Config.integer("OUTBOX_BACKLOG_WATERMARK").pipe(Config.withDefault(50_000))
+    const { backlogWatermark: watermark } = yield* AdmissionSettings.config
     const backlog = yield* Effect.cachedWithTTL(
       sql<{ n: number }>`
         SELECT count(*)::int AS n FROM (SELECT 1 FROM outbox_events WHERE published_at IS NULL

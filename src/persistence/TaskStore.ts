@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Config, Effect, Either, Option } from "effect"
+import { Effect, Either, Option } from "effect"
+import * as S from "../config/Settings.js"
 import type { TaskState } from "../domain/taskState.js"
 import type { Change } from "../domain/transition.js"
 import { EventCursor } from "../schema/cursor.js"
@@ -80,6 +81,11 @@ interface CommitRow {
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
 
+export const TaskStoreSettings = S.area("Task store", "the group commit of task changes", {
+  parallelism: S.integer("COMMIT_PARALLELISM", "group commit workers, each one connection", 4, { min: 1 }),
+  maxBatch: S.integer("COMMIT_MAX_BATCH", "task changes committed in one statement", 64, { min: 1 })
+})
+
 /**
  * Reads and writes one task's facts. `commit` is the only way a task changes after creation: one call of
  * commit_task_change (migrations/0002), which checks the write fence, CASes the version, takes the next cursor
@@ -116,9 +122,10 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
 
     // One failing change (a constraint, a deadlock with a zombie writer) must not fail its batch-mates:
     // on error the batch is retried one change at a time, and only the culprit fails.
+    const groupCommit = yield* Effect.orDie(TaskStoreSettings.config)
     const enqueue = yield* makeGroupCommit({
-      parallelism: yield* Config.integer("COMMIT_PARALLELISM").pipe(Config.withDefault(4), Effect.orDie),
-      maxBatch: yield* Config.integer("COMMIT_MAX_BATCH").pipe(Config.withDefault(64), Effect.orDie),
+      parallelism: groupCommit.parallelism,
+      maxBatch: groupCommit.maxBatch,
       run: (items: ReadonlyArray<CommitItem>) => {
         // stream (project) locks are taken in one global order by every batch
         const order = items.map((_, i) => i).sort((x, y) =>

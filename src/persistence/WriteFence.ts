@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect } from "effect"
+import { Duration, Effect } from "effect"
+import * as S from "../config/Settings.js"
 
 export const FENCE_SCOPE = "global"
 
@@ -7,6 +8,11 @@ export interface FenceToken {
   readonly region: string
   readonly epoch: number
 }
+
+export const WriteFenceSettings = S.area("Write fence", "which region this runner writes for, under which epoch", {
+  region: S.string("REGION", "this runner's region; only the fence's active region writes", "local"),
+  epoch: S.optionalInteger("WRITE_EPOCH", "pin the write epoch; unset: the epoch active when the runner starts")
+})
 
 /**
  * This runner's claim to write (seed 19.5.5). The region comes from configuration; the epoch is the one
@@ -16,8 +22,7 @@ export interface FenceToken {
 export class WriteFence extends Effect.Service<WriteFence>()("WriteFence", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const region = yield* Config.string("REGION").pipe(Config.withDefault("local"))
-    const pinned = yield* Config.option(Config.integer("WRITE_EPOCH"))
+    const { region, epoch: pinned } = yield* WriteFenceSettings.config
     yield* sql`
       INSERT INTO region_write_fence (resource_scope, active_region, write_epoch, mode)
       VALUES (${FENCE_SCOPE}, ${region}, 1, 'NORMAL')

@@ -1,11 +1,41 @@
 import { SqlClient } from "@effect/sql"
-import { Config, Effect, Either, Layer, ParseResult, Schema } from "effect"
+import { Effect, Either, Layer, ParseResult, Schema } from "effect"
 import { NotificationBus } from "../bus/NotificationBus.js"
+import * as S from "../config/Settings.js"
 import { liveEventOf } from "../domain/taskEvents.js"
 import { type Delivery, EventQueue } from "../queue/EventQueue.js"
 import { DomainEvent } from "../schema/events.js"
 
 const decodeEvent = Schema.decodeUnknownEither(Schema.parseJson(DomainEvent))
+
+export const DispatcherSettings = S.area(
+  "Notification dispatcher",
+  "from the event queue to the bus, on every runner",
+  {
+    enabled: S.boolean(
+      "NOTIFICATION_DISPATCHER_ENABLED",
+      "this runner consumes the event queue and feeds the bus",
+      true
+    ),
+    group: S.string(
+      "DISPATCHER_GROUP",
+      "the event queue's consumer group of the dispatchers",
+      "notification-dispatcher"
+    ),
+    maxAttempts: S.integer(
+      "DISPATCH_MAX_ATTEMPTS",
+      "publishes of one event to the bus before it goes to notification_dead_letters",
+      10,
+      { min: 1 }
+    ),
+    dedupTasks: S.integer(
+      "DISPATCH_DEDUP_TASKS",
+      "tasks whose last published version is remembered, to drop redeliveries (least recently used forgotten)",
+      100_000,
+      { min: 1 }
+    )
+  }
+)
 
 /**
  * The notification dispatcher (seed 12.4 step 10): a consumer of the event queue's group
@@ -16,13 +46,11 @@ const decodeEvent = Schema.decodeUnknownEither(Schema.parseJson(DomainEvent))
  * replay (npm run dead-letters); either way no fact is lost: gateways re-read PostgreSQL by cursor.
  */
 export const NotificationDispatcherLive = Layer.scopedDiscard(Effect.gen(function*() {
-  if (!(yield* Config.boolean("NOTIFICATION_DISPATCHER_ENABLED").pipe(Config.withDefault(true)))) return
+  const { dedupTasks: remembered, enabled, group, maxAttempts } = yield* DispatcherSettings.config
+  if (!enabled) return
   const sql = yield* SqlClient.SqlClient
   const queue = yield* EventQueue
   const bus = yield* NotificationBus
-  const group = yield* Config.string("DISPATCHER_GROUP").pipe(Config.withDefault("notification-dispatcher"))
-  const maxAttempts = yield* Config.integer("DISPATCH_MAX_ATTEMPTS").pipe(Config.withDefault(10))
-  const remembered = yield* Config.integer("DISPATCH_DEDUP_TASKS").pipe(Config.withDefault(100_000))
   // highest version published per task, least recently used first (a Map keeps insertion order)
   const published = new Map<string, number>()
 

@@ -1,9 +1,24 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Config, Duration, Effect } from "effect"
+import { Duration, Effect } from "effect"
+import * as S from "../config/Settings.js"
 import { OUTBOX_CHANNEL } from "../persistence/channels.js"
 import { runWakeLoop } from "../persistence/WakeLoop.js"
 import { EventQueue } from "../queue/EventQueue.js"
+
+export const OutboxRelaySettings = S.area(
+  "Outbox relay",
+  "from the outbox table to the event queue (a cluster singleton)",
+  {
+    batchSize: S.integer("OUTBOX_BATCH_SIZE", "outbox rows published per transaction", 256, { min: 1 }),
+    sweepInterval: S.duration(
+      "OUTBOX_SWEEP_INTERVAL",
+      "safety-net sweep of the outbox; LISTEN/NOTIFY wakes the relay on every insert otherwise",
+      "1 second"
+    ),
+    maxBackoff: S.duration("OUTBOX_MAX_BACKOFF", "longest wait between tries while the queue refuses", "10 seconds")
+  }
+)
 
 /**
  * The outbox relay (seed 12.4 steps 8–9): a cluster singleton, so relays never fight and the relay moves when its
@@ -18,9 +33,7 @@ export const OutboxRelayLive = Singleton.make(
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const queue = yield* EventQueue
-    const batchSize = yield* Config.integer("OUTBOX_BATCH_SIZE").pipe(Config.withDefault(256))
-    const sweep = yield* Config.duration("OUTBOX_SWEEP_INTERVAL").pipe(Config.withDefault(Duration.seconds(1)))
-    const maxBackoff = yield* Config.duration("OUTBOX_MAX_BACKOFF").pipe(Config.withDefault(Duration.seconds(10)))
+    const { batchSize, maxBackoff, sweepInterval: sweep } = yield* OutboxRelaySettings.config
 
     const relayBatch = Effect.gen(function*() {
       const rows = yield* sql<{ id: number; event_id: string; aggregate_id: string; payload: unknown }>`

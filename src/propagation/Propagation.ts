@@ -1,8 +1,8 @@
-import { Config, Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import * as Bus from "../bus/NotificationBus.js"
 import type { EventQueue } from "../queue/EventQueue.js"
 import { layerMemory as queueMemory } from "../queue/MemoryQueue.js"
-import { layerRocketMQ } from "../queue/RocketMQQueue.js"
+import { layerRocketMQ, QueueSettings } from "../queue/RocketMQQueue.js"
 import * as Redis from "../redis/Redis.js"
 import { NotificationDispatcherLive } from "./NotificationDispatcher.js"
 import { OutboxRelayLive } from "./OutboxRelay.js"
@@ -10,8 +10,8 @@ import { OutboxRelayLive } from "./OutboxRelay.js"
 /** RocketMQ when ROCKETMQ_ENDPOINTS is set, the in-process queue otherwise (`npm start` on a bare machine). */
 export const layerEventQueueFromEnv: Layer.Layer<EventQueue> = Layer.unwrapEffect(
   Effect.map(
-    Config.option(Config.string("ROCKETMQ_ENDPOINTS")).pipe(Effect.orDie),
-    (endpoints) => Option.isSome(endpoints) && endpoints.value.length > 0 ? layerRocketMQ : queueMemory
+    Effect.orDie(QueueSettings.config),
+    ({ endpoints }) => Option.isSome(endpoints) && endpoints.value.length > 0 ? layerRocketMQ : queueMemory
   )
 )
 

@@ -1,6 +1,7 @@
-import { Array as Arr, Config, Context, Deferred, Duration, Effect, Exit, Layer, Schema, type Scope } from "effect"
+import { Array as Arr, Context, Deferred, Duration, Effect, Exit, Layer, Option, Schema, type Scope } from "effect"
 import { Writable } from "node:stream"
 import { type ILogger, type MessageView, Producer, SimpleConsumer } from "rocketmq-client-nodejs"
+import * as S from "../config/Settings.js"
 import { backoffSchedule } from "../domain/backoff.js"
 import { type Delivery, EventQueue, type OutgoingMessage, QueueUnavailable } from "./EventQueue.js"
 
@@ -217,13 +218,23 @@ export const makeRocketMQQueue = (
     return EventQueue.of({ publish, consume })
   })
 
+export const QueueSettings = S.area("Queue", "the event queue between the outbox relay and the dispatchers", {
+  endpoints: S.optionalString(
+    "ROCKETMQ_ENDPOINTS",
+    "RocketMQ 5 proxy (gRPC), host:port; unset or empty: the in-process queue (one runner)"
+  ),
+  topic: S.string("ROCKETMQ_TOPIC", "topic of task events (FIFO per task)", "task-events"),
+  receivers: S.integer("ROCKETMQ_RECEIVERS", "concurrent receive loops per consumer group", 4, { min: 1 })
+})
+
 /** RocketMQ from ROCKETMQ_ENDPOINTS and ROCKETMQ_TOPIC; it starts (and publish fails) while RocketMQ is down. */
 export const layerRocketMQ: Layer.Layer<EventQueue> = Layer.scoped(
   EventQueue,
   Effect.gen(function*() {
-    const endpoints = yield* Config.string("ROCKETMQ_ENDPOINTS")
-    const topic = yield* Config.string("ROCKETMQ_TOPIC").pipe(Config.withDefault("task-events"))
-    const receivers = yield* Config.integer("ROCKETMQ_RECEIVERS").pipe(Config.withDefault(4))
-    return yield* makeRocketMQQueue({ endpoints, topic, receivers })
+    const { endpoints, receivers, topic } = yield* QueueSettings.config
+    if (Option.isNone(endpoints) || endpoints.value.length === 0) {
+      return yield* Effect.dieMessage("ROCKETMQ_ENDPOINTS: required by the RocketMQ queue, not set")
+    }
+    return yield* makeRocketMQQueue({ endpoints: endpoints.value, topic, receivers })
   }).pipe(Effect.orDie)
 )

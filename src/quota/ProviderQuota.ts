@@ -1,4 +1,5 @@
-import { Clock, Config, Duration, Effect, Either, Option, Schedule } from "effect"
+import { Clock, Duration, Effect, Either, Option, Schedule } from "effect"
+import * as S from "../config/Settings.js"
 import { Redis } from "../redis/Redis.js"
 
 export interface QuotaScope {
@@ -47,13 +48,51 @@ interface QuotaCommands {
 
 type Levels<A> = readonly [A, A, A]
 
-const positive = (name: string, fallback: number) =>
-  Config.number(name).pipe(
-    Config.validate({ message: "must be a number > 0", validation: (n) => Number.isFinite(n) && n > 0 }),
-    Config.withDefault(fallback)
-  )
-
 const WARN_EVERY_MS = 30_000
+
+export const QuotaSettings = S.area("Quota", "query rates at the providers, shared by all runners through Redis", {
+  globalQps: S.positiveNumber("QUOTA_GLOBAL_QPS", "provider queries per second, all providers together", 1000),
+  providerQps: S.positiveNumber(
+    "QUOTA_PROVIDER_QPS",
+    "queries per second per provider; `QUOTA_<PROVIDER>_QPS` (e.g. QUOTA_OPENAI_QPS) overrides it for one, read on " +
+      "first use since the set of providers is open",
+    200
+  ),
+  tenantQps: S.positiveNumber("QUOTA_TENANT_QPS", "queries per second per tenant at one provider", 100),
+  burst: S.positiveNumber(
+    "QUOTA_BURST",
+    "burst tolerance in seconds: how early a slot may be taken ahead of its turn",
+    0.05
+  ),
+  maxWait: S.refine(
+    S.duration(
+      "QUOTA_MAX_WAIT",
+      "how far ahead a caller may reserve its slot; the sweeper allows polls this long too",
+      "60 seconds"
+    ),
+    "must be > 0",
+    Duration.greaterThan(Duration.zero)
+  ),
+  // How long a Redis answer is waited for before the local buckets take over. A timed-out call may still have
+  // reserved its slot in Redis, so the local grant then comes on top: measured under a saturated event loop, a
+  // 200 ms timeout fired on healthy Redis and 5 s query rates reached 135% of the quota. A dead connection
+  // fails at once anyway (no offline queue); this only bounds an unresponsive one.
+  redisTimeout: S.duration(
+    "QUOTA_REDIS_TIMEOUT",
+    "how long a Redis answer is awaited before the local buckets take over (200 ms fired on healthy Redis under " +
+      "load and let 5 s rates reach 135% of the quota)",
+    "1 second"
+  ),
+  localShare: S.refine(
+    S.positiveNumber(
+      "QUOTA_LOCAL_SHARE",
+      "share of each rate a runner grants itself while a configured Redis does not answer (0–1)",
+      0.5
+    ),
+    "must be at most 1",
+    (n) => n <= 1
+  )
+})
 
 /**
  * Query quotas per provider: every poll of a provider's query API first takes a token at three levels (global,
@@ -62,30 +101,14 @@ const WARN_EVERY_MS = 30_000
  * at the full rate when no REDIS_URL is configured (one process), at QUOTA_LOCAL_SHARE of it while a configured
  * Redis does not answer (other runners are probably polling too).
  */
-/** How far ahead a caller may reserve its slot (QUOTA_MAX_WAIT); the sweeper allows polls this long too. */
-export const QuotaMaxWait = Config.duration("QUOTA_MAX_WAIT").pipe(
-  Config.validate({ message: "must be > 0", validation: Duration.greaterThan(Duration.zero) }),
-  Config.withDefault(Duration.seconds(60))
-)
-
 export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuota", {
   scoped: Effect.gen(function*() {
     const { client, keyPrefix } = yield* Redis
-    const globalQps = yield* positive("QUOTA_GLOBAL_QPS", 1000)
-    const providerQps = yield* positive("QUOTA_PROVIDER_QPS", 200)
-    const tenantQps = yield* positive("QUOTA_TENANT_QPS", 100)
-    const tau = (yield* positive("QUOTA_BURST", 0.05)) * 1000
-    const horizon = Duration.toMillis(yield* QuotaMaxWait)
-    // How long a Redis answer is waited for before the local buckets take over. A timed-out call may still have
-    // reserved its slot in Redis, so the local grant then comes on top: measured under a saturated event loop, a
-    // 200 ms timeout fired on healthy Redis and 5 s query rates reached 135% of the quota. A dead connection
-    // fails at once anyway (no offline queue); this only bounds an unresponsive one.
-    const redisTimeout = yield* Config.duration("QUOTA_REDIS_TIMEOUT").pipe(Config.withDefault(Duration.seconds(1)))
-    const share = Option.isSome(client)
-      ? yield* positive("QUOTA_LOCAL_SHARE", 0.5).pipe(
-        Config.validate({ message: "must be at most 1", validation: (n) => n <= 1 })
-      )
-      : 1
+    const c = yield* QuotaSettings.config
+    const { globalQps, providerQps, tenantQps, redisTimeout } = c
+    const tau = c.burst * 1000
+    const horizon = Duration.toMillis(c.maxWait)
+    const share = Option.isSome(client) ? c.localShare : 1
     // provider overrides are read on first use: the set of providers is open
     const configProvider = yield* Effect.configProviderWith(Effect.succeed)
 
@@ -102,7 +125,7 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
         const known = limits.get(provider)
         if (known !== undefined) return Effect.succeed(known)
         const name = `QUOTA_${provider.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_QPS`
-        return configProvider.load(positive(name, providerQps)).pipe(
+        return configProvider.load(S.positiveNumber(name, "this provider's QPS", providerQps).config).pipe(
           Effect.catchAll((error) =>
             Effect.as(Effect.logError(`invalid ${name}: using QUOTA_PROVIDER_QPS`, error), providerQps)
           ),

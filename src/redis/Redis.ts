@@ -1,5 +1,14 @@
-import { Config, Context, Duration, Effect, Layer, Option, Queue, Redacted } from "effect"
+import { Context, Duration, Effect, Layer, Option, Queue, Redacted } from "effect"
 import { Redis as IORedis, type RedisOptions } from "ioredis"
+import * as S from "../config/Settings.js"
+
+export const RedisSettings = S.area("Redis", "the shared Redis of quotas and the notification bus", {
+  url: S.secret(
+    "REDIS_URL",
+    "Redis shared by all runners (quotas, notification bus); unset or empty: in-process quotas and bus (one runner)"
+  ),
+  keyPrefix: S.string("REDIS_KEY_PREFIX", "prefix of every key and channel, so deployments can share a Redis", "tcp:")
+})
 
 /**
  * The shared Redis connection, if one is configured. Without REDIS_URL (the embedded, single-process default)
@@ -111,8 +120,7 @@ const make = (url: Option.Option<string>, keyPrefix: string) =>
 export const layerFromEnv: Layer.Layer<Redis> = Layer.scoped(
   Redis,
   Effect.gen(function*() {
-    const url = yield* Config.option(Config.redacted("REDIS_URL"))
-    const keyPrefix = yield* Config.string("REDIS_KEY_PREFIX").pipe(Config.withDefault("tcp:"))
+    const { keyPrefix, url } = yield* RedisSettings.config
     return yield* make(Option.filter(Option.map(url, Redacted.value), (u) => u.length > 0), keyPrefix)
   }).pipe(Effect.orDie)
 )

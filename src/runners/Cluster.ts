@@ -1,16 +1,36 @@
-import { RunnerAddress } from "@effect/cluster"
+import {
+  RunnerAddress,
+  RunnerHealth,
+  Runners,
+  ShardingConfig,
+  SocketRunner,
+  SqlMessageStorage,
+  SqlRunnerStorage
+} from "@effect/cluster"
 import { NodeClusterSocket } from "@effect/platform-node"
-import { Option } from "effect"
+import { RpcSerialization } from "@effect/rpc"
+import { Layer, Option } from "effect"
 import type { RunnerConfig } from "./RunnerConfig.js"
 
 /**
  * The cluster runner: shard locks, runner registry and messages in the same PostgreSQL (SqlRunnerStorage +
  * SqlMessageStorage), runner-to-runner traffic over sockets (steadier than HTTP under SIGTERM here).
+ *
+ * Composed as `NodeClusterSocket.layer({ storage: "sql" })` does, except for its ShardingConfig: that one is
+ * `ShardingConfig.layerFromEnv`, which reads the environment a second time (and names such as PORT) under the
+ * library's defaults. Here the runner's record is the ShardingConfig; what it does not set keeps the library's
+ * default.
  */
 export const layerCluster = (c: RunnerConfig) =>
-  NodeClusterSocket.layer({
-    storage: "sql",
-    shardingConfig: {
+  SocketRunner.layer.pipe(
+    Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
+    Layer.provide(RunnerHealth.layerPing.pipe(
+      Layer.provide(Runners.layerRpc),
+      Layer.provide(NodeClusterSocket.layerClientProtocol)
+    )),
+    Layer.provideMerge(Layer.orDie(SqlMessageStorage.layer)),
+    Layer.provide(Layer.orDie(SqlRunnerStorage.layer)),
+    Layer.provide(ShardingConfig.layer({
       runnerAddress: Option.some(RunnerAddress.make(c.runnerHost, c.runnerPort)),
       shardsPerGroup: c.shardsPerGroup,
       shardLockExpiration: c.shardLockExpiration,
@@ -20,5 +40,6 @@ export const layerCluster = (c: RunnerConfig) =>
       entityMessagePollInterval: c.entityMessagePollInterval,
       entityMaxIdleTime: c.entityMaxIdleTime,
       simulateRemoteSerialization: c.simulateRemoteSerialization
-    }
-  })
+    })),
+    Layer.provide(RpcSerialization.layerMsgPack)
+  )

@@ -1,22 +1,58 @@
-import { Config } from "effect"
+import * as S from "../config/Settings.js"
 
-/** Every setting of a runner, from the environment (CONSTANT_CASE); defaults suit one machine and fast handoff. */
-export const RunnerConfig = Config.all({
-  httpHost: Config.string("HTTP_HOST").pipe(Config.withDefault("127.0.0.1")),
-  httpPort: Config.port("HTTP_PORT").pipe(Config.withDefault(3000)),
-  runnerHost: Config.string("RUNNER_HOST").pipe(Config.withDefault("127.0.0.1")),
-  runnerPort: Config.port("RUNNER_PORT").pipe(Config.withDefault(34431)),
-  shardsPerGroup: Config.integer("SHARDS_PER_GROUP").pipe(Config.withDefault(300)),
+/**
+ * One runner: its HTTP listener, its address for runner-to-runner sockets and its cluster settings. This record is
+ * the only reader of these names: Cluster.ts hands it to @effect/cluster as a ShardingConfig, whose own
+ * `layerFromEnv` (the same names with the library's defaults) is not used. Defaults suit one machine and fast
+ * handoff.
+ */
+export const RunnerSettings = S.area("Runner", "HTTP listener, runner-to-runner address and cluster timing", {
+  httpHost: S.string("HTTP_HOST", "interface the HTTP API listens on", "127.0.0.1"),
+  httpPort: S.port("HTTP_PORT", "port of the HTTP API", 3000),
+  runnerHost: S.string("RUNNER_HOST", "host other runners reach this one at (runner-to-runner sockets)", "127.0.0.1"),
+  runnerPort: S.port("RUNNER_PORT", "port of the runner-to-runner sockets", 34431),
+  shardsPerGroup: S.integer("SHARDS_PER_GROUP", "shards per shard group; the same on every runner", 300, { min: 1 }),
   // Measured here: with 6 s / 1 s / 2 s a killed runner's shards answer elsewhere after ~6.4 s (35 s / 3 s /
   // 1 min defaults: ~30 s). A SIGTERM'd runner hands its shards over in ~1.5–2.5 s either way.
-  shardLockExpiration: Config.duration("SHARD_LOCK_EXPIRATION").pipe(Config.withDefault("6 seconds")),
-  shardLockRefreshInterval: Config.duration("SHARD_LOCK_REFRESH_INTERVAL").pipe(Config.withDefault("2 seconds")),
-  refreshAssignmentsInterval: Config.duration("REFRESH_ASSIGNMENTS_INTERVAL").pipe(Config.withDefault("1 second")),
-  runnerHealthCheckInterval: Config.duration("RUNNER_HEALTH_CHECK_INTERVAL").pipe(Config.withDefault("2 seconds")),
-  entityMessagePollInterval: Config.duration("ENTITY_MESSAGE_POLL_INTERVAL").pipe(Config.withDefault("1 second")),
-  entityMaxIdleTime: Config.duration("ENTITY_MAX_IDLE_TIME").pipe(Config.withDefault("5 minutes")),
+  shardLockExpiration: S.duration(
+    "SHARD_LOCK_EXPIRATION",
+    "a killed runner's shards move after this (6 s / 1 s / 2 s here: ~6.4 s; the library's 35 s / 3 s / 1 min: ~30 s)",
+    "6 seconds"
+  ),
+  shardLockRefreshInterval: S.duration(
+    "SHARD_LOCK_REFRESH_INTERVAL",
+    "how often a runner renews its shard locks",
+    "2 seconds"
+  ),
+  refreshAssignmentsInterval: S.duration(
+    "REFRESH_ASSIGNMENTS_INTERVAL",
+    "how often a runner re-reads shard assignments",
+    "1 second"
+  ),
+  runnerHealthCheckInterval: S.duration(
+    "RUNNER_HEALTH_CHECK_INTERVAL",
+    "how often runners check each other's health",
+    "2 seconds"
+  ),
+  entityMessagePollInterval: S.duration(
+    "ENTITY_MESSAGE_POLL_INTERVAL",
+    "how often unprocessed entity messages are polled from storage",
+    "1 second"
+  ),
+  entityMaxIdleTime: S.duration(
+    "ENTITY_MAX_IDLE_TIME",
+    "an entity without messages is stopped after this",
+    "5 minutes"
+  ),
   // Encoding and decoding every message to an entity on the same runner (as if it were remote) costs CPU on
   // the hot path; messages between runners are always serialized. Turn on to test serialization locally.
-  simulateRemoteSerialization: Config.boolean("SIMULATE_REMOTE_SERIALIZATION").pipe(Config.withDefault(false))
+  simulateRemoteSerialization: S.boolean(
+    "SIMULATE_REMOTE_SERIALIZATION",
+    "serialize messages to local entities too (costs CPU on the hot path; for testing serialization)",
+    false
+  )
 })
-export type RunnerConfig = Config.Config.Success<typeof RunnerConfig>
+
+/** The runner's record (tests read it with their own ConfigProvider). */
+export const RunnerConfig = RunnerSettings.config
+export type RunnerConfig = S.AreaOf<typeof RunnerSettings>

@@ -1,10 +1,25 @@
 import { NodeRuntime } from "@effect/platform-node"
-import { Config, Effect, Layer, Logger, LogLevel } from "effect"
+import { Effect, Layer } from "effect"
+import * as S from "../config/Settings.js"
 import { withEmbeddedSimulator } from "../simulator/embedded.js"
+import { layerLogLevel } from "./Logging.js"
 import { RunnerLive } from "./Runner.js"
+import { allAreas } from "./settings.js"
 
-const LogLevelLive = Layer.unwrapEffect(
-  Effect.map(Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info)), Logger.minimumLogLevel)
+/**
+ * Every setting is read and checked before any layer is built (no database work, no port bound): an invalid value
+ * stops the runner with one line naming its variable, e.g. `config: AUTH_SECRET: must be at least 32 characters`.
+ */
+const configInvalid = (line: string) =>
+  Effect.sync(() => {
+    process.stderr.write(`config: ${line}\n`)
+    process.exit(1)
+  })
+
+S.validateAll(allAreas).pipe(
+  Effect.matchEffect({
+    onFailure: configInvalid,
+    onSuccess: () => Layer.launch(withEmbeddedSimulator(RunnerLive)).pipe(Effect.provide(layerLogLevel))
+  }),
+  NodeRuntime.runMain
 )
-
-Layer.launch(withEmbeddedSimulator(RunnerLive)).pipe(Effect.provide(LogLevelLive), NodeRuntime.runMain)

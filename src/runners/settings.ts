@@ -1,0 +1,52 @@
+import { BusSettings } from "../bus/NotificationBus.js"
+import type * as S from "../config/Settings.js"
+import { ReconcilerSettings } from "../entities/Reconcilers.js"
+import { SweeperSettings } from "../entities/Sweeper.js"
+import { LifecycleSettings } from "../entities/TaskLifecycle.js"
+import { StreamSettings } from "../gateway/streamSettings.js"
+import { AuthSettings } from "../http/Auth.js"
+import { InboxSettings } from "../intake/inboxSettings.js"
+import { WebhookSettings } from "../intake/Webhooks.js"
+import { OutputSettings } from "../output/outputSettings.js"
+import { DatabaseSettings } from "../persistence/Database.js"
+import { EventRetentionSettings } from "../persistence/EventRetention.js"
+import { AdmissionSettings } from "../persistence/TaskAdmission.js"
+import { TaskStoreSettings } from "../persistence/TaskStore.js"
+import { WriteFenceSettings } from "../persistence/WriteFence.js"
+import { DispatcherSettings } from "../propagation/NotificationDispatcher.js"
+import { OutboxRelaySettings } from "../propagation/OutboxRelay.js"
+import { QueueSettings } from "../queue/RocketMQQueue.js"
+import { QuotaSettings } from "../quota/ProviderQuota.js"
+import { RedisSettings } from "../redis/Redis.js"
+import { LoggingSettings } from "./Logging.js"
+import { RunnerSettings } from "./RunnerConfig.js"
+
+/**
+ * Every settings area of a runner, in the order of the README's settings table. main.ts validates them all before
+ * anything starts; `npm run docs:config` writes the table from them. An area added to a service belongs here too.
+ */
+export const allAreas: ReadonlyArray<S.Area<unknown>> = [
+  RunnerSettings,
+  LoggingSettings,
+  DatabaseSettings,
+  WriteFenceSettings,
+  TaskStoreSettings,
+  AdmissionSettings,
+  LifecycleSettings,
+  SweeperSettings,
+  ReconcilerSettings,
+  QuotaSettings,
+  OutputSettings,
+  WebhookSettings,
+  InboxSettings,
+  RedisSettings,
+  QueueSettings,
+  OutboxRelaySettings,
+  DispatcherSettings,
+  BusSettings,
+  StreamSettings,
+  AuthSettings,
+  EventRetentionSettings
+  // providers: appended when src/providers exports its areas
+  // simulator: appended when src/simulator exports its areas
+]
