@@ -59,7 +59,8 @@ export const makeSubmitter = ({ clients, config, fence, poller, quota, schedule,
         clientRequestId: attempt.clientRequestId,
         model: attempt.model,
         prompt: request.prompt,
-        durationSeconds: request.durationSeconds
+        durationSeconds: request.durationSeconds,
+        resolution: request.resolution
       }).pipe(Effect.either)
       if (Either.isRight(result)) {
         yield* h.apply((st, now) =>

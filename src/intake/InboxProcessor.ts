@@ -4,7 +4,7 @@ import { Config, Duration, Effect, Either, Layer, Queue, Schedule, Stream } from
 import { TaskClient } from "../entities/TaskClient.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
-import { webhookProtocolOf } from "../providers/webhookProtocols.js"
+import { webhookProtocolOf } from "../providers/providers.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { trusted } from "../schema/task.js"

@@ -1,5 +1,10 @@
-import { Schema } from "effect"
+import { HttpClientRequest } from "@effect/platform"
+import { Effect, Either, Option, Schema } from "effect"
+import type { Video, VideoCreateParams, VideoSeconds, VideoSize } from "openai/resources/videos"
 import { parseWith, percent, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
+import { constant, type ProviderDefinition, type Resolution } from "./ProviderDefinition.js"
+import { allowed, atLeast, refuseUnless } from "./transport.js"
+import { standardWebhooks } from "./webhookVerifiers.js"
 
 /** OpenAI Videos: GET /videos/{id} → { id, status, progress, error } (queued | in_progress | completed | failed). */
 export const OpenAIVideo = Schema.Struct({
@@ -55,3 +60,59 @@ export const openaiWebhooks: WebhookProtocol = {
     outputRefs: e.type === "video.completed" ? [`openai:video:${e.data.id}`] : []
   }))
 }
+
+/** OpenAI Videos takes 4, 8 or 12 seconds, as a string. */
+export const openaiSeconds = (seconds: number): Either.Either<VideoSeconds, string> =>
+  Either.map(atLeast([4, 8, 12] as const)(seconds), (s) => String(s) as VideoSeconds)
+
+/** Landscape at the nearest size the model has; sora-2 has no 1080p, so 1080p asks for the largest (pro) size. */
+const sizeOf = (resolution: Resolution): VideoSize => resolution === "1080p" ? "1792x1024" : "1280x720"
+
+const models = ["sora-2", "sora-2-pro"] as const
+
+/**
+ * The SDK sends `POST /videos` as multipart form data (`multipartFormRequestOptions`), so we do too, with the
+ * SDK's own field types: `satisfies VideoCreateParams` fails to compile if a field or a value drifts.
+ */
+export const openaiBody = (p: VideoCreateParams): FormData => {
+  const form = new FormData()
+  for (const [k, v] of Object.entries(p)) if (typeof v === "string") form.append(k, v)
+  return form
+}
+
+export const openai: ProviderDefinition = {
+  name: "openai",
+  title: "OpenAI Videos",
+  defaultBaseUrl: "https://api.openai.com",
+  exampleModel: "sora-2",
+  authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
+  check: (r) =>
+    !(models as ReadonlyArray<string>).includes(r.model)
+      ? Either.left(`model ${r.model}: OpenAI Videos offers ${models.join(", ")}`)
+      : allowed(openaiSeconds(r.durationSeconds)),
+  client: constant(({ transport }) => ({
+    submit: (r) =>
+      refuseUnless(openaiSeconds(r.durationSeconds), (seconds) =>
+        transport.submit(
+          "/v1/videos",
+          openaiBody(
+            { model: r.model, prompt: r.prompt, seconds, size: sizeOf(r.resolution) } satisfies VideoCreateParams
+          ),
+          OpenAIVideo,
+          (v) => v.id,
+          r.clientRequestId
+        )),
+    query: (id) => Effect.map(transport.call("GET", `/v1/videos/${id}`, OpenAIVideo), (r) => openaiVideoReport(r.body)),
+    // OpenAI has no cancel for a video job: DELETE removes the video (and stops paying for its storage)
+    cancel: (id) => transport.send("DELETE", `/v1/videos/${id}`),
+    // the MP4 is GET /videos/{id}/content with our key, not a public URL
+    outputRequest: (ref) =>
+      ref.startsWith("openai:video:")
+        ? Option.some(transport.authorized(`/v1/videos/${ref.slice("openai:video:".length)}/content`))
+        : Option.none<HttpClientRequest.HttpClientRequest>()
+  })),
+  webhook: { protocol: openaiWebhooks, verifier: standardWebhooks("OPENAI_WEBHOOK_SECRET", "OpenAI") }
+}
+
+/** Our schema reads a subset of the SDK's Video: a fixture typed as `Video` must decode. */
+export type OpenAIVideoIsSdkVideo = Video extends typeof OpenAIVideo.Encoded ? true : never

@@ -6,9 +6,21 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Clock, Duration, Effect, FiberMap, Ref, Schema } from "effect"
+import { Clock, Duration, Effect, Either, FiberMap, Ref, Schema } from "effect"
 import { generateKeyPairSync } from "node:crypto"
 import { renderFalResult, renderJob, renderWebhook, type Signers } from "./renderings.js"
+import {
+  type Accepted,
+  falSubmit,
+  lumaSubmit,
+  openaiSubmit,
+  type Refused,
+  replicateSubmit,
+  runwaySubmit,
+  type SubmitInput,
+  veoRefuse,
+  veoSubmit
+} from "./requests.js"
 import { sampleMp4 } from "./sampleMp4.js"
 import { FaultConfig, type Job, type Phase, phaseOf, pickOutcome, type SimProvider } from "./SimulatorState.js"
 
@@ -19,15 +31,25 @@ export interface SimulatorOptions {
   readonly openaiWebhookUrl: string | null
 }
 
-const Submit = Schema.Struct({
-  model: Schema.optional(Schema.String),
-  version: Schema.optional(Schema.String),
-  prompt: Schema.optional(Schema.String),
-  promptText: Schema.optional(Schema.String),
-  input: Schema.optional(Schema.Unknown),
-  webhook: Schema.optional(Schema.String),
-  callback_url: Schema.optional(Schema.String)
-})
+/** A submit body as the provider reads it: multipart (OpenAI, as its SDK sends it) or JSON; null if neither. */
+const readBody = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.gen(function*() {
+    const type = request.headers["content-type"] ?? ""
+    const bytes = yield* request.arrayBuffer
+    if (type.startsWith("multipart/form-data")) {
+      const form = yield* Effect.promise(() => new Response(bytes, { headers: { "content-type": type } }).formData())
+      const fields: Record<string, string> = {}
+      form.forEach((v, k) => {
+        fields[k] = typeof v === "string" ? v : "(file)"
+      })
+      return fields
+    }
+    return JSON.parse(Buffer.from(bytes).toString("utf8")) as unknown
+  }).pipe(Effect.orElseSucceed(() => null))
+
+const falRoot = (app: string) => app.split("/").slice(0, 2).join("/")
+const veoModelPath = (project: string | undefined, location: string | undefined, model: string) =>
+  `projects/${project}/locations/${location}/publishers/google/models/${model}`
 
 const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
 
@@ -131,7 +153,10 @@ export const makeSimulator = (options: SimulatorOptions) =>
         const f = yield* Ref.get(faults)
         const now = yield* Clock.currentTimeMillis
         submissions.set(key, (submissions.get(key) ?? 0) + 1)
-        const id = provider === "veo" ? `operations/${crypto.randomUUID()}` : `${provider}-${crypto.randomUUID()}`
+        // a Vertex operation is named under its model's full path
+        const id = provider === "veo"
+          ? `${model}/operations/${crypto.randomUUID()}`
+          : `${provider}-${crypto.randomUUID()}`
         const job: Job = {
           provider,
           id,
@@ -172,32 +197,41 @@ export const makeSimulator = (options: SimulatorOptions) =>
 
     const submit = (
       provider: SimProvider,
+      validate: (input: SubmitInput) => Either.Either<Accepted, Refused>,
       respond: (job: Job) => unknown,
-      webhookOf: (b: typeof Submit.Type, q: URLSearchParams) => string | null
+      modelOf: (params: Readonly<Record<string, string | undefined>>) => string | undefined = () => undefined
     ) =>
       withFaults(Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
-        const body = yield* Effect.orElseSucceed(HttpServerRequest.schemaBodyJson(Submit), () => null)
+        const body = yield* readBody(request)
         if (body === null) return json({ error: "invalid body" }, 400)
         const url = new URL(request.url, "http://sim")
+        const checked = validate({
+          headers: request.headers,
+          body,
+          query: url.searchParams,
+          model: modelOf(yield* HttpRouter.params)
+        })
+        // refused as the real API refuses: nothing is created, nothing is counted
+        if (Either.isLeft(checked)) return json(checked.left.body, checked.left.status)
         const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
         const job = yield* create(
           provider,
           key,
-          body.model ?? body.version ?? "default",
-          webhookOf(body, url.searchParams),
+          checked.right.model,
+          provider === "openai" ? options.openaiWebhookUrl : checked.right.webhookUrl,
           `http://${request.headers.host ?? "127.0.0.1"}`
         )
         const f = yield* Ref.get(faults)
         // accepted, but the response is lost: the client sees a timeout after the job exists
         if (Math.random() < f.submitAcceptThenTimeout) yield* Effect.sleep("10 minutes")
-        return json(respond(job), 201)
+        return json(respond(job), provider === "openai" ? 200 : 201)
       }))
 
     const jobResponse = (provider: SimProvider, render: (job: Job, now: number) => unknown = renderJob) =>
       withFaults(Effect.gen(function*() {
         const { id } = yield* HttpRouter.params
-        const job = jobs.get(provider === "veo" ? `operations/${id}` : id ?? "")
+        const job = jobs.get(id ?? "")
         if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
         return json(render(job, yield* Clock.currentTimeMillis))
       }))
@@ -213,7 +247,10 @@ export const makeSimulator = (options: SimulatorOptions) =>
           yield* FiberMap.remove(timelines, job.id)
           yield* notify(job, { _tag: "done", outcome: "canceled" })
         }
-        return json(renderJob(job, now))
+        // Runway and Luma answer a DELETE with 204 and no body
+        return provider === "runway" || provider === "luma"
+          ? HttpServerResponse.empty({ status: 204 })
+          : json(renderJob(job, now))
       }))
 
     /** Lookup by idempotency key (not a documented API of these providers: see ProviderClients' lookup). */
@@ -238,59 +275,98 @@ export const makeSimulator = (options: SimulatorOptions) =>
         })
       })
 
+    /** Vertex: {model}:predictLongRunning and {model}:fetchPredictOperation share one path pattern. */
+    const veoCall = withFaults(Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const { call, location, project } = yield* HttpRouter.params
+      const [model, method] = (call ?? "").split(":")
+      const body = yield* readBody(request)
+      if (method === "fetchPredictOperation") {
+        const name = (body as { operationName?: unknown } | null)?.operationName
+        const job = typeof name === "string" ? jobs.get(name) : undefined
+        if (job === undefined || job.provider !== "veo") {
+          const r = veoRefuse(`Operation ${String(name)} is not found`, 404)
+          return json(r.body, r.status)
+        }
+        return json(renderJob(job, yield* Clock.currentTimeMillis))
+      }
+      if (method !== "predictLongRunning") return json(veoRefuse(`Unknown method ${method}`, 404).body, 404)
+      const checked = veoSubmit({ headers: request.headers, body, query: new URLSearchParams(), model })
+      if (Either.isLeft(checked)) return json(checked.left.body, checked.left.status)
+      const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
+      const job = yield* create("veo", key, veoModelPath(project, location, model!), null, "")
+      return json({ name: job.id })
+    }))
+
     const providerRoutes = HttpRouter.empty.pipe(
       // OpenAI Videos
-      HttpRouter.post(
-        "/openai/v1/videos",
-        submit("openai", (j) => renderJob(j, j.createdAt), () => options.openaiWebhookUrl)
-      ),
+      HttpRouter.post("/openai/v1/videos", submit("openai", openaiSubmit, (j) => renderJob(j, j.createdAt))),
       HttpRouter.get("/openai/v1/videos/:id", jobResponse("openai")),
       HttpRouter.del("/openai/v1/videos/:id", cancel("openai")),
       HttpRouter.get("/openai/v1/videos/:id/content", video("openai")),
-      // Replicate
+      // Replicate: by version id, or an official model's latest version
       HttpRouter.post(
         "/replicate/v1/predictions",
-        submit("replicate", (j) => renderJob(j, j.createdAt), (b) => b.webhook ?? null)
+        submit("replicate", replicateSubmit, (j) => renderJob(j, j.createdAt))
+      ),
+      HttpRouter.post(
+        "/replicate/v1/models/:owner/:name/predictions",
+        submit("replicate", replicateSubmit, (j) => renderJob(j, j.createdAt), (p) => `${p.owner}/${p.name}`)
       ),
       HttpRouter.get("/replicate/v1/predictions/:id", jobResponse("replicate")),
       HttpRouter.post("/replicate/v1/predictions/:id/cancel", cancel("replicate")),
-      // fal.ai queue
-      HttpRouter.post(
-        "/fal/:app",
-        submit("fal", (j) => ({ request_id: j.id, status: "IN_QUEUE" }), (_, q) => q.get("fal_webhook"))
-      ),
-      HttpRouter.get("/fal/:app/requests/:id/status", jobResponse("fal")),
+      // fal.ai queue: submit to the full endpoint id; status, result and cancel under owner/alias
+      HttpRouter.get("/fal/:owner/:alias/requests/:id/status", jobResponse("fal")),
       HttpRouter.get(
-        "/fal/:app/requests/:id",
+        "/fal/:owner/:alias/requests/:id",
         withFaults(Effect.gen(function*() {
           const { id } = yield* HttpRouter.params
           const job = jobs.get(id ?? "")
-          if (job === undefined) return json({ error: "not found" }, 404)
+          if (job === undefined) return json({ detail: "Request not found" }, 404)
           const r = renderFalResult(job, yield* Clock.currentTimeMillis)
           return json(r.body, r.status)
         }))
       ),
-      HttpRouter.put("/fal/:app/requests/:id/cancel", cancel("fal")),
+      HttpRouter.put("/fal/:owner/:alias/requests/:id/cancel", cancel("fal"))
+    )
+    const moreProviderRoutes = HttpRouter.empty.pipe(
       HttpRouter.get(
         "/fal/.well-known/jwks.json",
         Effect.succeed(json({
           keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "sim-fal-1" }]
         }))
       ),
-      // Runway (polling only)
-      HttpRouter.post("/runway/v1/image_to_video", submit("runway", (j) => ({ id: j.id }), () => null)),
+      HttpRouter.post(
+        "/fal/*",
+        submit("fal", falSubmit, (j) => ({
+          request_id: j.id,
+          status: "IN_QUEUE",
+          queue_position: 0,
+          response_url: `${j.outputBase}/fal/${falRoot(j.model)}/requests/${j.id}`,
+          status_url: `${j.outputBase}/fal/${falRoot(j.model)}/requests/${j.id}/status`,
+          cancel_url: `${j.outputBase}/fal/${falRoot(j.model)}/requests/${j.id}/cancel`
+        }), (p) => p["*"])
+      ),
+      // Runway (polling only): text_to_video; image_to_video needs a promptImage
+      HttpRouter.post(
+        "/runway/v1/text_to_video",
+        submit("runway", runwaySubmit("text_to_video"), (j) => ({ id: j.id }))
+      ),
+      HttpRouter.post(
+        "/runway/v1/image_to_video",
+        submit("runway", runwaySubmit("image_to_video"), (j) => ({ id: j.id }))
+      ),
       HttpRouter.get("/runway/v1/tasks/:id", jobResponse("runway")),
       HttpRouter.del("/runway/v1/tasks/:id", cancel("runway")),
       // Luma (unsigned callbacks to callback_url)
       HttpRouter.post(
-        "/luma/dream-machine/v1/generations",
-        submit("luma", (j) => renderJob(j, j.createdAt), (b) => b.callback_url ?? null)
+        "/luma/dream-machine/v1/generations/video",
+        submit("luma", lumaSubmit, (j) => renderJob(j, j.createdAt))
       ),
       HttpRouter.get("/luma/dream-machine/v1/generations/:id", jobResponse("luma")),
       HttpRouter.del("/luma/dream-machine/v1/generations/:id", cancel("luma")),
-      // Google Veo (long-running operations)
-      HttpRouter.post("/veo/v1/models/:model/predictLongRunning", submit("veo", (j) => ({ name: j.id }), () => null)),
-      HttpRouter.get("/veo/v1/operations/:id", jobResponse("veo"))
+      // Google Veo on Vertex (long-running operations)
+      HttpRouter.post("/veo/v1/projects/:project/locations/:location/publishers/google/models/:call", veoCall)
     )
     const lookupRoutes = HttpRouter.empty.pipe(
       HttpRouter.get("/openai/_lookup/:key", lookup("openai")),
@@ -339,7 +415,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
           }))))
       )
     )
-    const router = HttpRouter.concatAll(providerRoutes, lookupRoutes, controlRoutes)
+    const router = HttpRouter.concatAll(providerRoutes, moreProviderRoutes, lookupRoutes, controlRoutes)
 
     return {
       router,
