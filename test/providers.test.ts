@@ -126,6 +126,8 @@ describe("the simulator refuses what the real APIs refuse", () => {
         expect((yield* post("/openai/v1/videos", form({ model: "sim-video", prompt: "x" }))).status).toBe(400)
         expect((yield* post("/openai/v1/videos", form({ prompt: "x", size: "1920x1080" }))).status).toBe(400)
         expect((yield* post("/openai/v1/videos", { prompt: "x", seconds: 4 })).status).toBe(400)
+        expect((yield* post("/openai/v1/videos", form({ model: "sora-2", prompt: "x", size: "1792x1024" }))).status)
+          .toBe(400)
         expect((yield* post("/openai/v1/videos", form({ prompt: "x", seconds: "8", size: "1280x720" }))).status)
           .toBe(200)
       }))

@@ -1,4 +1,4 @@
-import { HttpClientRequest } from "@effect/platform"
+import type { HttpClientRequest } from "@effect/platform"
 import { Effect, Either, Option, Schema } from "effect"
 import type { Video, VideoCreateParams, VideoSeconds, VideoSize } from "openai/resources/videos"
 import { parseWith, percent, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
@@ -65,10 +65,17 @@ export const openaiWebhooks: WebhookProtocol = {
 export const openaiSeconds = (seconds: number): Either.Either<VideoSeconds, string> =>
   Either.map(atLeast([4, 8, 12] as const)(seconds), (s) => String(s) as VideoSeconds)
 
-/** Landscape at the nearest size the model has; sora-2 has no 1080p, so 1080p asks for the largest (pro) size. */
-const sizeOf = (resolution: Resolution): VideoSize => resolution === "1080p" ? "1792x1024" : "1280x720"
-
 const models = ["sora-2", "sora-2-pro"] as const
+type Model = (typeof models)[number]
+
+/** Landscape: sora-2 makes 1280x720 only; sora-2-pro also 1792x1024, which is what 1080p asks of it. */
+const sizeOf = (model: Model, resolution: Resolution): VideoSize =>
+  model === "sora-2-pro" && resolution === "1080p" ? "1792x1024" : "1280x720"
+
+const openaiCheck = (model: string, seconds: number) =>
+  (models as ReadonlyArray<string>).includes(model)
+    ? Either.map(openaiSeconds(seconds), (s) => [model as Model, s] as const)
+    : Either.left(`model ${model}: OpenAI Videos offers ${models.join(", ")}`)
 
 /**
  * The SDK sends `POST /videos` as multipart form data (`multipartFormRequestOptions`), so we do too, with the
@@ -86,17 +93,14 @@ export const openai: ProviderDefinition = {
   defaultBaseUrl: "https://api.openai.com",
   exampleModel: "sora-2",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
-  check: (r) =>
-    !(models as ReadonlyArray<string>).includes(r.model)
-      ? Either.left(`model ${r.model}: OpenAI Videos offers ${models.join(", ")}`)
-      : allowed(openaiSeconds(r.durationSeconds)),
+  check: (r) => allowed(openaiCheck(r.model, r.durationSeconds)),
   client: constant(({ transport }) => ({
     submit: (r) =>
-      refuseUnless(openaiSeconds(r.durationSeconds), (seconds) =>
+      refuseUnless(openaiCheck(r.model, r.durationSeconds), ([model, seconds]) =>
         transport.submit(
           "/v1/videos",
           openaiBody(
-            { model: r.model, prompt: r.prompt, seconds, size: sizeOf(r.resolution) } satisfies VideoCreateParams
+            { model, prompt: r.prompt, seconds, size: sizeOf(model, r.resolution) } satisfies VideoCreateParams
           ),
           OpenAIVideo,
           (v) => v.id,
@@ -114,5 +118,5 @@ export const openai: ProviderDefinition = {
   webhook: { protocol: openaiWebhooks, verifier: standardWebhooks("OPENAI_WEBHOOK_SECRET", "OpenAI") }
 }
 
-/** Our schema reads a subset of the SDK's Video: a fixture typed as `Video` must decode. */
-export type OpenAIVideoIsSdkVideo = Video extends typeof OpenAIVideo.Encoded ? true : never
+/** Our schema reads a subset of the SDK's Video: a compile error here means the two drifted apart. */
+export const openaiMatchesSdk: Video extends typeof OpenAIVideo.Encoded ? true : false = true

@@ -20,14 +20,19 @@ const Create = Schema.Struct({
   size: Schema.optional(Schema.Literal("720x1280", "1280x720", "1024x1792", "1792x1024"))
 })
 
+const refuse = (message: string): Refused => ({
+  status: 400,
+  body: { error: { message, type: "invalid_request_error", param: null, code: "invalid_value" } }
+})
+
 const validate = (i: SubmitInput): Either.Either<Accepted, Refused> =>
-  Either.map(
-    decodeStrict(Create, i.body, (message) => ({
-      status: 400,
-      body: { error: { message, type: "invalid_request_error", param: null, code: "invalid_value" } }
-    })),
-    (b) => ({ model: b.model ?? "sora-2", webhookUrl: i.accountWebhookUrl })
-  )
+  Either.flatMap(decodeStrict(Create, i.body, refuse), (b) => {
+    const model = b.model ?? "sora-2"
+    // sora-2 makes 720p only; the 1024x1792 / 1792x1024 sizes are sora-2-pro's
+    return model === "sora-2" && (b.size === "1024x1792" || b.size === "1792x1024")
+      ? Either.left(refuse(`size ${b.size} is not supported by ${model}`))
+      : Either.right({ model, webhookUrl: i.accountWebhookUrl })
+  })
 
 const render = (job: Job, phase: Phase, now: number) => {
   const done = outcomeOf(phase)
