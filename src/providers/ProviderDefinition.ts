@@ -1,8 +1,7 @@
 import type { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Config, Data, type Duration, type Effect, type Either, type Option } from "effect"
 import type { Setting } from "../config/Settings.js"
-import type { WebhookProtocol } from "./ProviderAdapter.js"
-import type { ProviderReport } from "./ProviderAdapter.js"
+import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
 import type { SignatureRejection, Verified, VersionedSecret } from "./signatures.js"
 import type { Transport } from "./transport.js"
 

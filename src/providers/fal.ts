@@ -4,7 +4,7 @@ import { Clock, Effect, Either, Option, Schema } from "effect"
 import * as S from "../config/Settings.js"
 import { makeFalKeys } from "./falKeys.js"
 import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
-import { constant, type ProviderDefinition, type Resolution, type Verify } from "./ProviderDefinition.js"
+import { constant, type ProviderDefinition, type Verify } from "./ProviderDefinition.js"
 import { type Ed25519Jwk, verifyFalWebhook } from "./signatures.js"
 import { allowed, atLeast, refuseUnless } from "./transport.js"
 
@@ -90,13 +90,9 @@ export const falAppRoot = (model: string): string => {
   return ["workflows", "comfy"].includes(parts[0]!) ? parts.slice(0, 3).join("/") : parts.slice(0, 2).join("/")
 }
 
-export const falBody = (prompt: string, duration: NonNullable<FalInput["duration"]>, resolution: Resolution) =>
-  ({
-    prompt,
-    duration,
-    // Kling on fal has no resolution input: the aspect ratio is what we can choose
-    aspect_ratio: resolution === "480p" ? "1:1" : "16:9"
-  }) satisfies FalInput
+/** Kling on fal has no resolution input (the app decides it): we ask for landscape, like every other provider. */
+export const falBody = (prompt: string, duration: NonNullable<FalInput["duration"]>) =>
+  ({ prompt, duration, aspect_ratio: "16:9" }) satisfies FalInput
 
 const falCheck = (model: string, seconds: number) =>
   !(models as ReadonlyArray<string>).includes(model)
@@ -116,7 +112,7 @@ export const fal: ProviderDefinition = {
       refuseUnless(falCheck(r.model, r.durationSeconds), (duration) =>
         transport.submit(
           `/${r.model}?fal_webhook=${encodeURIComponent(webhookUrl)}`,
-          falBody(r.prompt, duration, r.resolution),
+          falBody(r.prompt, duration),
           Schema.Struct({ request_id: Schema.String }),
           (a) => a.request_id,
           r.clientRequestId
