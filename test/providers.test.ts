@@ -9,6 +9,7 @@ import { openaiSeconds } from "../src/providers/openai.js"
 import { ProviderClients } from "../src/providers/ProviderClients.js"
 import type { Resolution } from "../src/providers/ProviderDefinition.js"
 import { providers } from "../src/providers/providers.js"
+import { ProviderSettings, ProviderWebhookSettings } from "../src/providers/ProviderSettings.js"
 import { replicateRoute } from "../src/providers/replicate.js"
 import { runwayDuration } from "../src/providers/runway.js"
 import { veoDuration } from "../src/providers/veo.js"
@@ -74,6 +75,33 @@ describe("duration_seconds → each provider's allowed values", () => {
   })
   it("fal: status and cancel name the app by owner/alias", () => {
     expect(falAppRoot("fal-ai/kling-video/v2.1/master/text-to-video")).toBe("fal-ai/kling-video")
+  })
+})
+
+describe("provider settings, built from the list", () => {
+  it("keep every environment name, each described", () => {
+    const docs = [...ProviderSettings.docs, ...ProviderWebhookSettings.docs]
+    const names = docs.map((d) => d.name)
+    for (const p of providers) {
+      const n = p.name.toUpperCase()
+      expect(names).toEqual(expect.arrayContaining([`${n}_BASE_URL`, `${n}_API_KEY`, `${n}_LOOKUP`]))
+      expect(docs.find((d) => d.name === `${n}_BASE_URL`)?.default).toBe(p.defaultBaseUrl)
+    }
+    expect(names).toEqual(expect.arrayContaining([
+      "PUBLIC_BASE_URL",
+      "PROVIDER_TIMEOUT",
+      "CALLBACK_TOKEN_SECRET",
+      "CALLBACK_TOKEN_SECRET_PREVIOUS",
+      "WEBHOOK_TOLERANCE_SECONDS",
+      "OPENAI_WEBHOOK_SECRET",
+      "OPENAI_WEBHOOK_SECRET_PREVIOUS",
+      "REPLICATE_WEBHOOK_SECRET",
+      "REPLICATE_WEBHOOK_SECRET_PREVIOUS",
+      "FAL_JWKS_URL",
+      "FAL_USER_ID"
+    ]))
+    expect(docs.find((d) => d.name === "PROVIDER_TIMEOUT")?.default).toBe("15s")
+    expect(docs.filter((d) => d.description.length === 0)).toEqual([])
   })
 })
 
