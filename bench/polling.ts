@@ -82,7 +82,7 @@ const admit = (db: pg.Client, project: string, tenant: string, n: number) =>
        RETURNING id, current_attempt_id, tenant_id
      ), a AS (
        INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, submit_state)
-       SELECT current_attempt_id, id, 1, 'runway', 'gen4_turbo', gen_random_uuid()::text, 'PREPARED' FROM t
+       SELECT current_attempt_id, id, 1, 'runway', 'gen4.5', gen_random_uuid()::text, 'PREPARED' FROM t
      )
      INSERT INTO credit_ledger (tenant_id, task_id, attempt_id, ledger_type, amount)
      SELECT tenant_id, id, NULL, 'reserve', 5 FROM t`,

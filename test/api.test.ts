@@ -63,6 +63,21 @@ const tasksUrl = `/v1/projects/${project}/tasks`
 
 describe.skipIf(noDatabase)("task API over HTTP with a cluster runner on PostgreSQL", () => {
   layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+    it.effect("POST of a request the provider would refuse is 422 with the reason, and reserves nothing", () =>
+      Effect.gen(function*() {
+        const before = yield* counts()
+        const imageModel = { provider: "runway", model: "gen4_turbo", prompt: "a boat", duration_seconds: 5 }
+        const refused = yield* send("POST", tasksUrl, { key: uuid(), json: imageModel })
+        expect(refused.status).toBe(422)
+        expect(refused.body).toMatchObject({ _tag: "UnsupportedRequest" })
+        expect(String(refused.body.message)).toContain("gen4_turbo")
+        const tooLong = { provider: "openai", model: "sora-2", prompt: "a boat", duration_seconds: 13 }
+        expect((yield* send("POST", tasksUrl, { key: uuid(), json: tooLong })).status).toBe(422)
+        expect(yield* counts()).toEqual(before)
+        const ok = { provider: "runway", model: "gen4.5", prompt: "a boat", duration_seconds: 5 }
+        expect((yield* send("POST", tasksUrl, { key: uuid(), json: ok })).status).toBe(201)
+      }))
+
     it.effect("POST creates the task, reserve, created event and outbox row in one go", () =>
       Effect.gen(function*() {
         const before = yield* counts()

@@ -56,7 +56,7 @@ describe("npm start on the embedded PostgreSQL (PGlite)", () => {
       const created = await fetch(`http://127.0.0.1:${httpPort}/v1/projects/${project}/tasks`, {
         method: "POST",
         headers: { ...headers, "idempotency-key": "k1" },
-        body: JSON.stringify({ provider: "runway", model: "gen4_turbo", prompt: "a boat", duration_seconds: 4 })
+        body: JSON.stringify({ provider: "runway", model: "gen4.5", prompt: "a boat", duration_seconds: 4 })
       })
       expect(created.status).toBe(201)
       const task = (await created.json()) as { task_id: string }

@@ -3,6 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ProviderClients } from "../src/providers/ProviderClients.js"
+import { definitionOf } from "../src/providers/providers.js"
 import { simulatorEnv } from "../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "./support/database.js"
 import { freePort, layerTestRunner, quietLogs } from "./support/runner.js"
@@ -52,9 +53,10 @@ describe.skipIf(noDatabase)("provider intake end to end with the simulator", () 
             const { providerTaskId } = yield* client.submit({
               attemptId: t.attemptId,
               clientRequestId: attempt!.client_request_id,
-              model: "sim-video",
+              model: definitionOf(provider)!.exampleModel,
               prompt: `task ${i}`,
-              durationSeconds: 4
+              durationSeconds: 4,
+              resolution: "720p"
             })
             // stands in for the lifecycle's submitter (next issue): record the provider's id on the attempt;
             // callbacks that arrive before this are orphans and wait

@@ -4,7 +4,7 @@ import * as Steps from "../src/domain/lifecycleSteps.js"
 import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "../src/domain/pollPolicy.js"
 import { changeIsAllowed, type Outcome } from "../src/domain/transition.js"
 import { OutputWork } from "../src/output/OutputWork.js"
-import { ProviderCallFailed } from "../src/providers/ProviderClients.js"
+import { ProviderCallFailed } from "../src/providers/ProviderDefinition.js"
 import { ids, makeAttempt, makeTask, t0 } from "./support/fixtures.js"
 
 const meta = { source: "system", traceId: "t" } as const

@@ -4,6 +4,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { createServer } from "node:http"
 import { ProviderClients } from "../src/providers/ProviderClients.js"
+import { definitionOf } from "../src/providers/providers.js"
 import { serveSimulator } from "../src/simulator/Simulator.js"
 import { freePort, quietLogs } from "./support/runner.js"
 
@@ -12,6 +13,7 @@ const sim = `http://127.0.0.1:${simPort}`
 const PROVIDERS = ["openai", "replicate", "fal", "runway", "luma", "veo"] as const
 Object.assign(process.env, {
   PROVIDER_TIMEOUT: "700 millis",
+  VEO_PROJECT: "sim-project",
   ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
 })
 
@@ -30,15 +32,18 @@ const TestLayer = Layer.mergeAll(
   ProviderClients.Default
 ).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs))
 
+const modelOf = (provider: string) => definitionOf(provider)!.exampleModel
+
 const submitOne = (provider: string, key = crypto.randomUUID()) =>
   Effect.gen(function*() {
     const client = Option.getOrThrow((yield* ProviderClients).get(provider))
     const { providerTaskId } = yield* client.submit({
       attemptId: crypto.randomUUID(),
       clientRequestId: key,
-      model: "sim-video",
+      model: modelOf(provider),
       prompt: "a test",
-      durationSeconds: 4
+      durationSeconds: 4,
+      resolution: "720p"
     })
     return { client, providerTaskId, key }
   })
@@ -55,10 +60,10 @@ describe("provider clients against the simulator", () => {
         })
         for (const provider of PROVIDERS) {
           const { client, providerTaskId } = yield* submitOne(provider)
-          const first = yield* client.query(providerTaskId, "sim-video")
+          const first = yield* client.query(providerTaskId, modelOf(provider))
           expect(["queued", "running"]).toContain(first.status)
           yield* Effect.sleep(Duration.millis(700))
-          const last = yield* client.query(providerTaskId, "sim-video")
+          const last = yield* client.query(providerTaskId, modelOf(provider))
           expect([provider, last.status]).toEqual([provider, "succeeded"])
           expect(last.providerTaskId).toBe(providerTaskId)
         }
@@ -70,11 +75,11 @@ describe("provider clients against the simulator", () => {
         yield* simulator.setFaults({ jobDurationMs: 300, outcomes: { succeeded: 0, failed: 1, canceled: 0 } })
         const { client, providerTaskId } = yield* submitOne("replicate")
         yield* Effect.sleep(Duration.millis(400))
-        expect((yield* client.query(providerTaskId, "sim-video")).status).toBe("failed")
+        expect((yield* client.query(providerTaskId, modelOf("replicate"))).status).toBe("failed")
         yield* simulator.setFaults({ jobDurationMs: 5000, outcomes: { succeeded: 1, failed: 0, canceled: 0 } })
         const running = yield* submitOne("runway")
-        yield* running.client.cancel(running.providerTaskId, "sim-video")
-        expect((yield* running.client.query(running.providerTaskId, "sim-video")).status).toBe("canceled")
+        yield* running.client.cancel(running.providerTaskId, modelOf("runway"))
+        expect((yield* running.client.query(running.providerTaskId, modelOf("runway"))).status).toBe("canceled")
       }))
 
     it.effect("429 carries Retry-After, 5xx is a server error; neither is ever a resubmission", () =>
@@ -83,11 +88,11 @@ describe("provider clients against the simulator", () => {
         yield* simulator.setFaults({ jobDurationMs: 5000, rate429: 0, rate5xx: 0 })
         const { client, key, providerTaskId } = yield* submitOne("openai")
         yield* simulator.setFaults({ rate429: 1, retryAfterSeconds: 7 })
-        const throttled = yield* Effect.flip(client.query(providerTaskId, "sim-video"))
+        const throttled = yield* Effect.flip(client.query(providerTaskId, modelOf("openai")))
         expect(throttled.kind).toBe("rate_limited")
         expect(Option.map(throttled.retryAfter, Duration.toSeconds)).toEqual(Option.some(7))
         yield* simulator.setFaults({ rate429: 0, rate5xx: 1 })
-        expect((yield* Effect.flip(client.query(providerTaskId, "sim-video"))).kind).toBe("server")
+        expect((yield* Effect.flip(client.query(providerTaskId, modelOf("openai")))).kind).toBe("server")
         yield* simulator.setFaults({ rate5xx: 0 })
         expect(simulator.submissions(key)).toBe(1)
       }))

@@ -89,7 +89,8 @@ const main = async () => {
     const count = Number($<HTMLInputElement>("count").value) || 1
     const body = JSON.stringify({
       provider: $<HTMLSelectElement>("provider").value,
-      model: "sim-video-1",
+      // each option carries a model its provider accepts (the server's provider list renders them)
+      model: $<HTMLSelectElement>("provider").selectedOptions[0]?.dataset.model ?? "",
       prompt: $<HTMLInputElement>("prompt").value || "a cat surfing at sunset",
       duration_seconds: Number($<HTMLInputElement>("duration").value) || 5
     })

@@ -62,7 +62,8 @@ export const makeSubmitter = (
         clientRequestId: attempt.clientRequestId,
         model: attempt.model,
         prompt: request.prompt,
-        durationSeconds: request.durationSeconds
+        durationSeconds: request.durationSeconds,
+        resolution: request.resolution
       }).pipe(Effect.either)
       if (Either.isRight(result)) {
         yield* h.apply((st, now) =>

@@ -2,6 +2,13 @@ import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
+import { providers } from "../providers/providers.js"
+
+/** One option per provider of the list, carrying a model that provider accepts. */
+const providerOptions = providers.map((p) =>
+  `<option value="${p.name}" data-model="${p.exampleModel}">${p.name}</option>`
+)
+  .join("")
 
 const page = `<!DOCTYPE html>
 <html lang="en">
@@ -38,10 +45,7 @@ const page = `<!DOCTYPE html>
     <button>Sign in</button> <span id="signin-error" class="error"></span>
   </form>
   <form id="create">
-    <select id="provider">
-      <option>openai</option><option>runway</option><option>replicate</option><option>fal</option>
-      <option>luma</option><option>veo</option>
-    </select>
+    <select id="provider">${providerOptions}</select>
     <input id="prompt" size="40" placeholder="a cat surfing at sunset" />
     <label>seconds <input id="duration" type="number" min="1" max="120" value="5" /></label>
     <label>count <input id="count" type="number" min="1" max="50" value="1" /></label>

@@ -8,6 +8,7 @@ import {
   StorageUnavailable,
   TaskNotFound,
   TaskUnavailable,
+  UnsupportedRequest,
   VersionConflict,
   WriteFenced
 } from "../schema/errors.js"
@@ -71,6 +72,7 @@ export class TasksApi extends HttpApiGroup.make("tasks")
       .setPayload(CreateTaskRequest)
       .addSuccess(TaskView, { status: 201 })
       .addError(IdempotencyKeyReused)
+      .addError(UnsupportedRequest)
       .addError(AdmissionsThrottled)
       .addError(ProjectNotFound)
       .addError(WriteFenced)

@@ -1,11 +1,12 @@
 import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Option } from "effect"
+import { Effect, Either, Option } from "effect"
 import { createHash } from "node:crypto"
 import { TaskClient } from "../entities/TaskClient.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
-import { CommandRejected, ProjectNotFound, TaskNotFound } from "../schema/errors.js"
+import { definitionOf } from "../providers/providers.js"
+import { CommandRejected, ProjectNotFound, TaskNotFound, UnsupportedRequest } from "../schema/errors.js"
 import type { TaskSnapshot } from "../schema/task.js"
 import { ControlPlaneApi } from "./Api.js"
 import { canSee, Principal } from "./Auth.js"
@@ -59,6 +60,13 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
         Effect.gen(function*() {
           const principal = yield* Principal
           if (!canSee(principal, path.project)) return yield* new ProjectNotFound({ projectId: path.project })
+          // what the provider would refuse is refused here, before a credit is reserved; a provider outside the
+          // list (a test double) has no definition to ask, and its tasks fail at submission instead
+          const refusal = Option.flatMap(
+            Option.fromNullable(definitionOf(payload.provider)),
+            (d) => Either.getLeft(d.check({ model: payload.model, durationSeconds: payload.duration_seconds }))
+          )
+          if (Option.isSome(refusal)) return yield* new UnsupportedRequest({ message: refusal.value })
           const traceId = newTraceId()
           const { created, task } = yield* admission.admit({
             tenantId: principal.tenantId,

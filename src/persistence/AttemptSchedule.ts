@@ -112,12 +112,16 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
 
     /** What the user asked for: the submission's input (decoded at the API edge, stored with the task). */
     const requestOf = Effect.fn("AttemptSchedule.requestOf")(function*(taskId: TaskId) {
-      const rows = yield* sql<{ request: { prompt?: string; duration_seconds?: number } }>`
+      const rows = yield* sql<
+        { request: { prompt?: string; duration_seconds?: number; resolution?: "480p" | "720p" | "1080p" } }
+      >`
         SELECT request FROM generation_tasks WHERE id = ${taskId}`
       const r = rows[0]
       return {
         prompt: r?.request.prompt ?? "",
-        durationSeconds: r?.request.duration_seconds ?? 5
+        durationSeconds: r?.request.duration_seconds ?? 5,
+        // the API's default, for tasks stored before it was read here
+        resolution: r?.request.resolution ?? "720p"
       }
     }, Effect.catchTag("SqlError", unavailable))
 

@@ -1,5 +1,12 @@
-import { Schema } from "effect"
+import type { QueueStatus } from "@fal-ai/client"
+import type { EndpointTypeMap } from "@fal-ai/client/endpoints"
+import { Clock, Effect, Either, Option, Schema } from "effect"
+import * as S from "../config/Settings.js"
+import { makeFalKeys } from "./falKeys.js"
 import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
+import { constant, type ProviderDefinition, type Verify } from "./ProviderDefinition.js"
+import { type Ed25519Jwk, verifyFalWebhook } from "./signatures.js"
+import { allowed, atLeast, refuseUnless } from "./transport.js"
 
 /** fal.ai queue status: GET .../requests/{id}/status. */
 export const FalStatus = Schema.Struct({
@@ -55,3 +62,122 @@ export const falWebhooks: WebhookProtocol = {
     outputRefs: w.status === "OK" ? falOutputUrls(w.payload) : []
   }))
 }
+
+/**
+ * The fal apps this definition speaks: fal hosts thousands, each with its own input. These Kling text-to-video
+ * apps share one input type in the SDK's endpoint map, and our body is checked against it.
+ */
+const models = [
+  "fal-ai/kling-video/v2.1/master/text-to-video",
+  "fal-ai/kling-video/v2.5-turbo/pro/text-to-video",
+  "fal-ai/kling-video/v2/master/text-to-video",
+  "fal-ai/kling-video/v1.6/pro/text-to-video",
+  "fal-ai/kling-video/v1.6/standard/text-to-video"
+] as const satisfies ReadonlyArray<keyof EndpointTypeMap>
+type FalInput = EndpointTypeMap[(typeof models)[number]]["input"]
+
+/** Kling on fal makes 5 or 10 s clips, named as strings. */
+export const falDuration = (seconds: number): Either.Either<NonNullable<FalInput["duration"]>, string> =>
+  Either.map(atLeast([5, 10] as const)(seconds), (s) => (s === 5 ? "5" : "10"))
+
+/**
+ * The queue's status, result and cancel URLs name the app by owner/alias only, without its path
+ * (`fal-ai/kling-video`, not `fal-ai/kling-video/v2.1/master/text-to-video`): the SDK's `parseEndpointId` does
+ * the same. Only the submit goes to the full endpoint id.
+ */
+export const falAppRoot = (model: string): string => {
+  const parts = model.split("/")
+  return ["workflows", "comfy"].includes(parts[0]!) ? parts.slice(0, 3).join("/") : parts.slice(0, 2).join("/")
+}
+
+/** Kling on fal has no resolution input (the app decides it): we ask for landscape, like every other provider. */
+export const falBody = (prompt: string, duration: NonNullable<FalInput["duration"]>) =>
+  ({ prompt, duration, aspect_ratio: "16:9" }) satisfies FalInput
+
+const falCheck = (model: string, seconds: number) =>
+  !(models as ReadonlyArray<string>).includes(model)
+    ? Either.left(`model ${model}: this platform speaks fal's ${models.join(", ")}`)
+    : falDuration(seconds)
+
+export const fal: ProviderDefinition = {
+  name: "fal",
+  title: "fal.ai queue",
+  defaultBaseUrl: "https://queue.fal.run",
+  exampleModel: models[0],
+  // fal's key scheme, not Bearer (the SDK's request.js)
+  authHeaders: (key) => ({ authorization: `Key ${key}` }),
+  check: (r) => allowed(falCheck(r.model, r.durationSeconds)),
+  client: constant(({ transport, webhookUrl }) => ({
+    submit: (r) =>
+      refuseUnless(falCheck(r.model, r.durationSeconds), (duration) =>
+        transport.submit(
+          `/${r.model}?fal_webhook=${encodeURIComponent(webhookUrl)}`,
+          falBody(r.prompt, duration),
+          Schema.Struct({ request_id: Schema.String }),
+          (a) => a.request_id,
+          r.clientRequestId
+        )),
+    // COMPLETED only says it ended: the result endpoint says how
+    query: (id, model) =>
+      Effect.flatMap(
+        transport.call("GET", `/${falAppRoot(model)}/requests/${id}/status`, FalStatus),
+        ({ body: s }) =>
+          s.status !== "COMPLETED"
+            ? Effect.succeed(falStatusReport(id, s))
+            : Effect.map(
+              transport.call("GET", `/${falAppRoot(model)}/requests/${id}`, Schema.Unknown, { answers: [400, 422] }),
+              (r): ProviderReport =>
+                r.status === 200
+                  ? {
+                    ...falStatusReport(id, s),
+                    eventType: "result.OK",
+                    status: "succeeded",
+                    outputRefs: falOutputUrls(r.body)
+                  }
+                  : {
+                    ...falStatusReport(id, s),
+                    eventType: "result.ERROR",
+                    status: "failed",
+                    errorClass: "provider_failed",
+                    errorCode: `http_${r.status}`
+                  }
+            )
+      ),
+    cancel: (id, model) => transport.send("PUT", `/${falAppRoot(model)}/requests/${id}/cancel`)
+  })),
+  webhook: {
+    protocol: falWebhooks,
+    verifier: S.map(
+      S.all({
+        jwksUrl: S.optionalString(
+          "FAL_JWKS_URL",
+          "Where fal.ai's webhook signing keys are (JWKS); unset, fal webhooks are refused (404)"
+        ),
+        userId: S.optionalString("FAL_USER_ID", "Our fal.ai user id, which fal signs into every webhook")
+      }),
+      ({ jwksUrl, userId }) => ({ toleranceSeconds }) =>
+        Option.isNone(jwksUrl) || Option.isNone(userId)
+          ? Option.none()
+          : Option.some(Effect.map(makeFalKeys(jwksUrl.value), (keys): Verify => (r) =>
+            Effect.gen(function*() {
+              const at = new Date(yield* Clock.currentTimeMillis)
+              const check = (k: ReadonlyArray<Ed25519Jwk>) =>
+                verifyFalWebhook({
+                  keys: k,
+                  userId: userId.value,
+                  headers: r.headers,
+                  body: r.body,
+                  now: at,
+                  toleranceSeconds
+                })
+              const first = check(yield* keys(false))
+              // an unknown key may be a rotation: fetch the set again (rate-limited) before refusing
+              if (Either.isRight(first) || first.left !== "bad_signature") return first
+              return check(yield* keys(true))
+            })))
+    )
+  }
+}
+
+/** Our status schema reads a subset of the SDK's QueueStatus: a compile error means the two drifted apart. */
+export const falMatchesSdk: QueueStatus extends typeof FalStatus.Encoded ? true : false = true

@@ -1,5 +1,10 @@
-import { Schema } from "effect"
+import type { HttpClientRequest } from "@effect/platform"
+import { Effect, Either, Option, Schema } from "effect"
+import type { Video, VideoCreateParams, VideoSeconds, VideoSize } from "openai/resources/videos"
 import { parseWith, percent, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
+import { constant, type ProviderDefinition, type Resolution } from "./ProviderDefinition.js"
+import { allowed, atLeast, refuseUnless } from "./transport.js"
+import { standardWebhooks } from "./webhookVerifiers.js"
 
 /** OpenAI Videos: GET /videos/{id} → { id, status, progress, error } (queued | in_progress | completed | failed). */
 export const OpenAIVideo = Schema.Struct({
@@ -55,3 +60,63 @@ export const openaiWebhooks: WebhookProtocol = {
     outputRefs: e.type === "video.completed" ? [`openai:video:${e.data.id}`] : []
   }))
 }
+
+/** OpenAI Videos takes 4, 8 or 12 seconds, as a string. */
+export const openaiSeconds = (seconds: number): Either.Either<VideoSeconds, string> =>
+  Either.map(atLeast([4, 8, 12] as const)(seconds), (s) => String(s) as VideoSeconds)
+
+const models = ["sora-2", "sora-2-pro"] as const
+type Model = (typeof models)[number]
+
+/** Landscape: sora-2 makes 1280x720 only; sora-2-pro also 1792x1024, which is what 1080p asks of it. */
+const sizeOf = (model: Model, resolution: Resolution): VideoSize =>
+  model === "sora-2-pro" && resolution === "1080p" ? "1792x1024" : "1280x720"
+
+const openaiCheck = (model: string, seconds: number) =>
+  (models as ReadonlyArray<string>).includes(model)
+    ? Either.map(openaiSeconds(seconds), (s) => [model as Model, s] as const)
+    : Either.left(`model ${model}: OpenAI Videos offers ${models.join(", ")}`)
+
+/**
+ * The SDK sends `POST /videos` as multipart form data (`multipartFormRequestOptions`), so we do too, with the
+ * SDK's own field types: `satisfies VideoCreateParams` fails to compile if a field or a value drifts.
+ */
+export const openaiBody = (p: VideoCreateParams): FormData => {
+  const form = new FormData()
+  for (const [k, v] of Object.entries(p)) if (typeof v === "string") form.append(k, v)
+  return form
+}
+
+export const openai: ProviderDefinition = {
+  name: "openai",
+  title: "OpenAI Videos",
+  defaultBaseUrl: "https://api.openai.com",
+  exampleModel: "sora-2",
+  authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
+  check: (r) => allowed(openaiCheck(r.model, r.durationSeconds)),
+  client: constant(({ transport }) => ({
+    submit: (r) =>
+      refuseUnless(openaiCheck(r.model, r.durationSeconds), ([model, seconds]) =>
+        transport.submit(
+          "/v1/videos",
+          openaiBody(
+            { model, prompt: r.prompt, seconds, size: sizeOf(model, r.resolution) } satisfies VideoCreateParams
+          ),
+          OpenAIVideo,
+          (v) => v.id,
+          r.clientRequestId
+        )),
+    query: (id) => Effect.map(transport.call("GET", `/v1/videos/${id}`, OpenAIVideo), (r) => openaiVideoReport(r.body)),
+    // OpenAI has no cancel for a video job: DELETE removes the video (and stops paying for its storage)
+    cancel: (id) => transport.send("DELETE", `/v1/videos/${id}`),
+    // the MP4 is GET /videos/{id}/content with our key, not a public URL
+    outputRequest: (ref) =>
+      ref.startsWith("openai:video:")
+        ? Option.some(transport.authorized(`/v1/videos/${ref.slice("openai:video:".length)}/content`))
+        : Option.none<HttpClientRequest.HttpClientRequest>()
+  })),
+  webhook: { protocol: openaiWebhooks, verifier: standardWebhooks("OPENAI_WEBHOOK_SECRET", "OpenAI") }
+}
+
+/** Our schema reads a subset of the SDK's Video: a compile error here means the two drifted apart. */
+export const openaiMatchesSdk: Video extends typeof OpenAIVideo.Encoded ? true : false = true

@@ -75,3 +75,10 @@ export class AdmissionsThrottled extends Schema.TaggedError<AdmissionsThrottled>
   { message: Schema.String },
   HttpApiSchema.annotations({ status: 503 })
 ) {}
+
+/** The provider would refuse this request (a model it does not offer, a duration it cannot make): not admitted. */
+export class UnsupportedRequest extends Schema.TaggedError<UnsupportedRequest>()(
+  "UnsupportedRequest",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 422 })
+) {}

@@ -6,11 +6,12 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Clock, Duration, Effect, FiberMap, Ref, Schema } from "effect"
+import { Clock, Duration, Effect, Either, FiberMap, Ref, Schema } from "effect"
 import { generateKeyPairSync } from "node:crypto"
-import { renderFalResult, renderJob, renderWebhook, type Signers } from "./renderings.js"
 import { sampleMp4 } from "./sampleMp4.js"
-import { FaultConfig, type Job, type Phase, phaseOf, pickOutcome, type SimProvider } from "./SimulatorState.js"
+import type { Signers, SimApi, SimulatedProvider } from "./SimulatedProvider.js"
+import { simulatedProviders } from "./simulatedProviders.js"
+import { FaultConfig, type Job, type Phase, phaseOf, pickOutcome } from "./SimulatorState.js"
 
 export interface SimulatorOptions {
   readonly openaiSecret: string
@@ -19,15 +20,21 @@ export interface SimulatorOptions {
   readonly openaiWebhookUrl: string | null
 }
 
-const Submit = Schema.Struct({
-  model: Schema.optional(Schema.String),
-  version: Schema.optional(Schema.String),
-  prompt: Schema.optional(Schema.String),
-  promptText: Schema.optional(Schema.String),
-  input: Schema.optional(Schema.Unknown),
-  webhook: Schema.optional(Schema.String),
-  callback_url: Schema.optional(Schema.String)
-})
+/** A submit body as the provider reads it: multipart (OpenAI, as its SDK sends it) or JSON; null if neither. */
+const readBody = (request: HttpServerRequest.HttpServerRequest) =>
+  Effect.gen(function*() {
+    const type = request.headers["content-type"] ?? ""
+    const bytes = yield* request.arrayBuffer
+    if (type.startsWith("multipart/form-data")) {
+      const form = yield* Effect.promise(() => new Response(bytes, { headers: { "content-type": type } }).formData())
+      const fields: Record<string, string> = {}
+      form.forEach((v, k) => {
+        fields[k] = typeof v === "string" ? v : "(file)"
+      })
+      return fields
+    }
+    return JSON.parse(Buffer.from(bytes).toString("utf8")) as unknown
+  }).pipe(Effect.orElseSucceed(() => null))
 
 const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
 
@@ -53,6 +60,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
       downloads: 0
     }
     const fal = generateKeyPairSync("ed25519")
+    const providers = simulatedProviders(fal.publicKey.export({ format: "jwk" }))
+    const byName = new Map(providers.map((p) => [p.name, p]))
     const signers: Signers = {
       openaiSecret: options.openaiSecret,
       replicateSecret: options.replicateSecret,
@@ -98,7 +107,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
       })
 
     const notify = (job: Job, phase: Phase) => {
-      const d = renderWebhook(job, phase, signers, ++seq)
+      const d = byName.get(job.provider)!.webhook(job, phase, signers, ++seq)
       return d === null ? Effect.void : Effect.forkDaemon(deliver(d))
     }
 
@@ -121,7 +130,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
       })
 
     const create = (
-      provider: SimProvider,
+      provider: SimulatedProvider,
       key: string,
       model: string,
       webhookUrl: string | null,
@@ -131,9 +140,9 @@ export const makeSimulator = (options: SimulatorOptions) =>
         const f = yield* Ref.get(faults)
         const now = yield* Clock.currentTimeMillis
         submissions.set(key, (submissions.get(key) ?? 0) + 1)
-        const id = provider === "veo" ? `operations/${crypto.randomUUID()}` : `${provider}-${crypto.randomUUID()}`
+        const id = provider.jobId(model)
         const job: Job = {
-          provider,
+          provider: provider.name,
           id,
           clientKey: key,
           model,
@@ -146,7 +155,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
           canceledAt: null
         }
         jobs.set(id, job)
-        byKey.set(`${provider}:${key}`, id)
+        byKey.set(`${provider.name}:${key}`, id)
         yield* FiberMap.run(timelines, id, timeline(job))
         return job
       })
@@ -170,62 +179,80 @@ export const makeSimulator = (options: SimulatorOptions) =>
         return yield* handler
       })
 
-    const submit = (
-      provider: SimProvider,
-      respond: (job: Job) => unknown,
-      webhookOf: (b: typeof Submit.Type, q: URLSearchParams) => string | null
-    ) =>
-      withFaults(Effect.gen(function*() {
-        const request = yield* HttpServerRequest.HttpServerRequest
-        const body = yield* Effect.orElseSucceed(HttpServerRequest.schemaBodyJson(Submit), () => null)
-        if (body === null) return json({ error: "invalid body" }, 400)
-        const url = new URL(request.url, "http://sim")
-        const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
-        const job = yield* create(
-          provider,
-          key,
-          body.model ?? body.version ?? "default",
-          webhookOf(body, url.searchParams),
-          `http://${request.headers.host ?? "127.0.0.1"}`
-        )
-        const f = yield* Ref.get(faults)
-        // accepted, but the response is lost: the client sees a timeout after the job exists
-        if (Math.random() < f.submitAcceptThenTimeout) yield* Effect.sleep("10 minutes")
-        return json(respond(job), 201)
-      }))
+    /** The generic handlers, bound to one provider: it mounts them on its own paths. */
+    const apiFor = (provider: SimulatedProvider): SimApi => {
+      const ownJob = (id: string | undefined) => {
+        const job = id === undefined ? undefined : jobs.get(id)
+        return job !== undefined && job.provider === provider.name ? job : undefined
+      }
+      return {
+        submit: ({ modelOf, respond, status, validate }) =>
+          withFaults(Effect.gen(function*() {
+            const request = yield* HttpServerRequest.HttpServerRequest
+            const body = yield* readBody(request)
+            if (body === null) return json({ error: "invalid body" }, 400)
+            const checked = validate({
+              headers: request.headers,
+              body,
+              query: new URL(request.url, "http://sim").searchParams,
+              model: modelOf?.(yield* HttpRouter.params),
+              accountWebhookUrl: options.openaiWebhookUrl
+            })
+            // refused as the real API refuses: nothing is created, nothing is counted
+            if (Either.isLeft(checked)) return json(checked.left.body, checked.left.status)
+            const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
+            const job = yield* create(
+              provider,
+              key,
+              checked.right.model,
+              checked.right.webhookUrl,
+              `http://${request.headers.host ?? "127.0.0.1"}`
+            )
+            const f = yield* Ref.get(faults)
+            // accepted, but the response is lost: the client sees a timeout after the job exists
+            if (Math.random() < f.submitAcceptThenTimeout) yield* Effect.sleep("10 minutes")
+            return json(respond ? respond(job) : provider.render(job, { _tag: "queued" }, job.createdAt), status ?? 201)
+          })),
+        job: (o = {}) =>
+          withFaults(Effect.gen(function*() {
+            const params = yield* HttpRouter.params
+            const body = o.id === undefined ? null : yield* readBody(yield* HttpServerRequest.HttpServerRequest)
+            const job = ownJob(o.id === undefined ? params.id : o.id(params, body))
+            const notFound = o.notFound ?? { status: 404, body: { error: "not found" } }
+            if (job === undefined) return json(notFound.body, notFound.status)
+            const now = yield* Clock.currentTimeMillis
+            const r = o.render
+              ? o.render(job, now)
+              : { status: 200, body: provider.render(job, phaseOf(job, now), now) }
+            return json(r.body, r.status)
+          })),
+        cancel: withFaults(Effect.gen(function*() {
+          const job = ownJob((yield* HttpRouter.params).id)
+          if (job === undefined) return json({ error: "not found" }, 404)
+          const now = yield* Clock.currentTimeMillis
+          if (phaseOf(job, now)._tag !== "done") {
+            job.canceledAt = now
+            yield* FiberMap.remove(timelines, job.id)
+            yield* notify(job, { _tag: "done", outcome: "canceled" })
+          }
+          return provider.cancelAnswersEmpty
+            ? HttpServerResponse.empty({ status: 204 })
+            : json(provider.render(job, phaseOf(job, now), now))
+        })),
+        video: video(provider.name)
+      }
+    }
 
-    const jobResponse = (provider: SimProvider, render: (job: Job, now: number) => unknown = renderJob) =>
-      withFaults(Effect.gen(function*() {
-        const { id } = yield* HttpRouter.params
-        const job = jobs.get(provider === "veo" ? `operations/${id}` : id ?? "")
-        if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
-        return json(render(job, yield* Clock.currentTimeMillis))
-      }))
-
-    const cancel = (provider: SimProvider) =>
-      withFaults(Effect.gen(function*() {
-        const { id } = yield* HttpRouter.params
-        const job = jobs.get(id ?? "")
-        if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
-        const now = yield* Clock.currentTimeMillis
-        if (phaseOf(job, now)._tag !== "done") {
-          job.canceledAt = now
-          yield* FiberMap.remove(timelines, job.id)
-          yield* notify(job, { _tag: "done", outcome: "canceled" })
-        }
-        return json(renderJob(job, now))
-      }))
-
-    /** Lookup by idempotency key (not a documented API of these providers: see ProviderClients' lookup). */
-    const lookup = (provider: SimProvider) =>
+    /** Lookup by idempotency key: not an API of these providers (see src/providers/simulatorLookup.ts). */
+    const lookup = (provider: string) =>
       withFaults(Effect.gen(function*() {
         const { key } = yield* HttpRouter.params
         const id = byKey.get(`${provider}:${key ?? ""}`)
         return id === undefined ? json({ error: "not found" }, 404) : json({ provider_task_id: id })
       }))
 
-    const video = (provider: SimProvider) =>
-      Effect.gen(function*() {
+    function video(provider: string) {
+      return Effect.gen(function*() {
         const { id } = yield* HttpRouter.params
         const job = jobs.get(decodeURIComponent(id ?? "").replace(/\.mp4$/, ""))
         if (job === undefined || job.provider !== provider) return json({ error: "not found" }, 404)
@@ -237,74 +264,16 @@ export const makeSimulator = (options: SimulatorOptions) =>
           contentType: "video/mp4"
         })
       })
+    }
 
-    const providerRoutes = HttpRouter.empty.pipe(
-      // OpenAI Videos
-      HttpRouter.post(
-        "/openai/v1/videos",
-        submit("openai", (j) => renderJob(j, j.createdAt), () => options.openaiWebhookUrl)
-      ),
-      HttpRouter.get("/openai/v1/videos/:id", jobResponse("openai")),
-      HttpRouter.del("/openai/v1/videos/:id", cancel("openai")),
-      HttpRouter.get("/openai/v1/videos/:id/content", video("openai")),
-      // Replicate
-      HttpRouter.post(
-        "/replicate/v1/predictions",
-        submit("replicate", (j) => renderJob(j, j.createdAt), (b) => b.webhook ?? null)
-      ),
-      HttpRouter.get("/replicate/v1/predictions/:id", jobResponse("replicate")),
-      HttpRouter.post("/replicate/v1/predictions/:id/cancel", cancel("replicate")),
-      // fal.ai queue
-      HttpRouter.post(
-        "/fal/:app",
-        submit("fal", (j) => ({ request_id: j.id, status: "IN_QUEUE" }), (_, q) => q.get("fal_webhook"))
-      ),
-      HttpRouter.get("/fal/:app/requests/:id/status", jobResponse("fal")),
-      HttpRouter.get(
-        "/fal/:app/requests/:id",
-        withFaults(Effect.gen(function*() {
-          const { id } = yield* HttpRouter.params
-          const job = jobs.get(id ?? "")
-          if (job === undefined) return json({ error: "not found" }, 404)
-          const r = renderFalResult(job, yield* Clock.currentTimeMillis)
-          return json(r.body, r.status)
-        }))
-      ),
-      HttpRouter.put("/fal/:app/requests/:id/cancel", cancel("fal")),
-      HttpRouter.get(
-        "/fal/.well-known/jwks.json",
-        Effect.succeed(json({
-          keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "sim-fal-1" }]
-        }))
-      ),
-      // Runway (polling only)
-      HttpRouter.post("/runway/v1/image_to_video", submit("runway", (j) => ({ id: j.id }), () => null)),
-      HttpRouter.get("/runway/v1/tasks/:id", jobResponse("runway")),
-      HttpRouter.del("/runway/v1/tasks/:id", cancel("runway")),
-      // Luma (unsigned callbacks to callback_url)
-      HttpRouter.post(
-        "/luma/dream-machine/v1/generations",
-        submit("luma", (j) => renderJob(j, j.createdAt), (b) => b.callback_url ?? null)
-      ),
-      HttpRouter.get("/luma/dream-machine/v1/generations/:id", jobResponse("luma")),
-      HttpRouter.del("/luma/dream-machine/v1/generations/:id", cancel("luma")),
-      // Google Veo (long-running operations)
-      HttpRouter.post("/veo/v1/models/:model/predictLongRunning", submit("veo", (j) => ({ name: j.id }), () => null)),
-      HttpRouter.get("/veo/v1/operations/:id", jobResponse("veo"))
-    )
-    const lookupRoutes = HttpRouter.empty.pipe(
-      HttpRouter.get("/openai/_lookup/:key", lookup("openai")),
-      HttpRouter.get("/replicate/_lookup/:key", lookup("replicate")),
-      HttpRouter.get("/fal/_lookup/:key", lookup("fal")),
-      HttpRouter.get("/runway/_lookup/:key", lookup("runway")),
-      HttpRouter.get("/luma/_lookup/:key", lookup("luma")),
-      HttpRouter.get("/veo/_lookup/:key", lookup("veo")),
-      HttpRouter.get("/_sim/output/openai/:id", video("openai")),
-      HttpRouter.get("/_sim/output/replicate/:id", video("replicate")),
-      HttpRouter.get("/_sim/output/fal/:id", video("fal")),
-      HttpRouter.get("/_sim/output/runway/:id", video("runway")),
-      HttpRouter.get("/_sim/output/luma/:id", video("luma")),
-      HttpRouter.get("/_sim/output/veo/:id", video("veo"))
+    const providerRoutes = providers.map((p) =>
+      HttpRouter.concat(
+        p.routes(apiFor(p)),
+        HttpRouter.empty.pipe(
+          HttpRouter.get(`/${p.name}/_lookup/:key`, lookup(p.name)),
+          HttpRouter.get(`/_sim/output/${p.name}/:id`, video(p.name))
+        )
+      )
     )
     const controlRoutes = HttpRouter.empty.pipe(
       HttpRouter.get("/_sim/faults", Effect.map(Ref.get(faults), (f) => json(f))),
@@ -339,7 +308,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
           }))))
       )
     )
-    const router = HttpRouter.concatAll(providerRoutes, lookupRoutes, controlRoutes)
+    const router = HttpRouter.concatAll(...providerRoutes, controlRoutes)
 
     return {
       router,

@@ -1,8 +1,5 @@
 import { Schema } from "effect"
 
-export const SimProvider = Schema.Literal("openai", "replicate", "fal", "runway", "luma", "veo")
-export type SimProvider = typeof SimProvider.Type
-
 /** The simulator's fault knobs; every probability is per delivery or per request. */
 export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
   /** How long a job takes from submit to its terminal state. */
@@ -57,7 +54,8 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
 export type Outcome = "succeeded" | "failed" | "canceled"
 
 export interface Job {
-  readonly provider: SimProvider
+  /** The simulated provider's name (its path prefix). */
+  readonly provider: string
   readonly id: string
   readonly clientKey: string
   readonly model: string

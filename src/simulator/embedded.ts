@@ -2,11 +2,12 @@ import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Config, ConfigProvider, Effect, Layer } from "effect"
 import { createServer } from "node:http"
+import { providerNames } from "../providers/providers.js"
 import { devSecret } from "./devSecrets.js"
 import { serveSimulator } from "./Simulator.js"
 
-/** Every provider the simulator serves. */
-export const SIMULATED_PROVIDERS = ["openai", "replicate", "fal", "runway", "luma", "veo"] as const
+/** Every provider the simulator serves: all of the platform's list. */
+export const SIMULATED_PROVIDERS: ReadonlyArray<string> = providerNames
 
 /** The platform's settings for talking to the simulator at `sim` (and receiving its webhooks at `platform`). */
 export const simulatorEnv = (platform: string, sim: string, providers: ReadonlyArray<string>) => ({
@@ -38,6 +39,8 @@ export const withEmbeddedSimulator = <A, E, R>(runner: Layer.Layer<A, E, R>) =>
     const defaults = {
       ...simulatorEnv(platform, sim, SIMULATED_PROVIDERS),
       INBOX_SWEEP_INTERVAL: "1 second",
+      // Vertex names a project in every path; the simulator takes any
+      VEO_PROJECT: "sim-project",
       ...Object.fromEntries(SIMULATED_PROVIDERS.map((p) => [`${p.toUpperCase()}_LOOKUP`, "true"]))
     }
     const simulator = Layer.scopedDiscard(Effect.gen(function*() {

@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Schedule } from "effect"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { TaskAdmission } from "../../src/persistence/TaskAdmission.js"
+import { definitionOf } from "../../src/providers/providers.js"
 import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
 import { uuid } from "./tasks.js"
 
@@ -17,7 +18,8 @@ export const startTask = (provider: string, options: { readonly tenantId?: strin
       requestHash: "h",
       request: { prompt: "a lighthouse at dusk", duration_seconds: 4 },
       provider: provider as ProviderName,
-      model: "sim-video",
+      // a model the provider's definition (and the simulator) accepts
+      model: definitionOf(provider)?.exampleModel ?? "sim-video",
       reserveAmount: 4,
       traceId: "test"
     })

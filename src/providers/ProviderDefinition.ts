@@ -1,0 +1,131 @@
+import type { HttpClient, HttpClientRequest } from "@effect/platform"
+import { Config, Data, type Duration, type Effect, type Either, type Option } from "effect"
+import type { Setting } from "../config/Settings.js"
+import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
+import type { SignatureRejection, Verified, VersionedSecret } from "./signatures.js"
+import type { Transport } from "./transport.js"
+
+/** The provider definitely did not accept the job: safe to retry within a budget, maybe elsewhere. */
+export class SubmitRejected extends Data.TaggedError("SubmitRejected")<{
+  readonly code: string
+  readonly detail?: string
+}> {}
+/** The request may have reached the provider (timeout, reset, 5xx): SUBMIT_UNKNOWN, never re-submit blindly. */
+export class SubmitUnknown extends Data.TaggedError("SubmitUnknown")<{ readonly reason: string }> {}
+
+/** This provider offers no lookup by our idempotency key: an unknown submit waits for a callback or a human. */
+export class LookupUnsupported extends Data.TaggedError("LookupUnsupported")<{ readonly provider: string }> {}
+
+/**
+ * A failed query or cancel, classified per seed 12.8.4. Never a reason to re-submit. Structurally the domain's
+ * `PollFailure` (kind + retryAfter), so the poll policy needs no import from here.
+ */
+export class ProviderCallFailed extends Data.TaggedError("ProviderCallFailed")<{
+  readonly kind: "rate_limited" | "server" | "network" | "not_found" | "auth" | "malformed"
+  readonly retryAfter: Option.Option<Duration.Duration>
+  readonly detail: string
+}> {}
+
+export type Resolution = "480p" | "720p" | "1080p"
+
+export interface SubmitRequest {
+  readonly attemptId: string
+  /** Sent as the Idempotency-Key: the same key is never used for two generations. */
+  readonly clientRequestId: string
+  readonly model: string
+  readonly prompt: string
+  readonly durationSeconds: number
+  readonly resolution: Resolution
+}
+
+/** What a definition's client does; the platform adds lookup and defaults around it. */
+export interface ClientCore {
+  readonly submit: (
+    r: SubmitRequest
+  ) => Effect.Effect<{ readonly providerTaskId: string }, SubmitRejected | SubmitUnknown>
+  readonly query: (providerTaskId: string, model: string) => Effect.Effect<ProviderReport, ProviderCallFailed>
+  readonly cancel: (providerTaskId: string, model: string) => Effect.Effect<void, ProviderCallFailed>
+  /** An output reference this provider serves itself, with our credentials (OpenAI's /content). */
+  readonly outputRequest?: (ref: string) => Option.Option<HttpClientRequest.HttpClientRequest>
+  /** Lookup by our idempotency key, where the provider has one (none of today's six does). */
+  readonly lookup?: (clientRequestId: string) => Effect.Effect<Option.Option<string>, ProviderCallFailed>
+}
+
+/** Submit, query and cancel for one provider, normalized into ProviderReport and classified errors. */
+export interface ProviderClient {
+  readonly submit: ClientCore["submit"]
+  readonly query: ClientCore["query"]
+  readonly cancel: ClientCore["cancel"]
+  /**
+   * Which job (if any) the provider holds for our idempotency key: how an unknown submit is resolved without
+   * ever submitting twice. None means the provider confirms it has nothing.
+   */
+  readonly lookup: (
+    clientRequestId: string
+  ) => Effect.Effect<Option.Option<string>, ProviderCallFailed | LookupUnsupported>
+  /** How to download one output reference (None: a location this client cannot fetch, e.g. gs://). */
+  readonly outputRequest: (ref: string) => Option.Option<HttpClientRequest.HttpClientRequest>
+}
+
+/** What every client is built with: its transport (base URL, credentials, timeout) and our callback address. */
+export interface ClientContext {
+  readonly transport: Transport
+  /** `${PUBLIC_BASE_URL}/webhooks/<name>` */
+  readonly webhookUrl: string
+  /** The per-attempt token for providers whose callbacks are unsigned (Luma); "" without CALLBACK_TOKEN_SECRET. */
+  readonly callbackToken: (attemptId: string) => string
+}
+
+/** What a webhook verifier is built with: the shared tolerance and the callback-token secrets. */
+export interface WebhookContext {
+  readonly toleranceSeconds: number
+  readonly callbackTokens: ReadonlyArray<VersionedSecret>
+}
+
+/** What the webhook gateway sees of a request: enough to verify it, nothing parsed yet. */
+export interface WebhookRequest {
+  readonly headers: Readonly<Record<string, string | undefined>>
+  readonly query: URLSearchParams
+  readonly body: Uint8Array
+}
+
+export type Verify = (request: WebhookRequest) => Effect.Effect<Either.Either<Verified, SignatureRejection>>
+
+export interface WebhookDefinition {
+  readonly protocol: WebhookProtocol
+  /**
+   * The verifier, from this provider's own settings (its secrets): None when they are not configured, and then the
+   * provider has no webhook endpoint (404).
+   */
+  readonly verifier: Setting<
+    (context: WebhookContext) => Option.Option<Effect.Effect<Verify, never, HttpClient.HttpClient>>
+  >
+}
+
+/**
+ * Everything the platform knows about one provider. Each provider file exports one; `providers.ts` lists them.
+ * Request bodies and response schemas are typed against the provider's official SDK in its file.
+ */
+export interface ProviderDefinition {
+  /** As in task rows, `/webhooks/<name>` and the `<NAME>_*` settings. */
+  readonly name: string
+  readonly title: string
+  readonly defaultBaseUrl: string
+  /** A model this definition accepts (the tests and the simulator's examples use it). */
+  readonly exampleModel: string
+  /** How the API key is presented (`Authorization: Bearer …`, fal's `Key …`). */
+  readonly authHeaders: (apiKey: string) => Record<string, string>
+  /** Sent with every request (Runway's X-Runway-Version). */
+  readonly headers?: Record<string, string>
+  /**
+   * Whether this request can be sent at all (a known model, a duration the provider offers): Left(reason) is
+   * refused before any call, as the provider would refuse it.
+   */
+  readonly check: (r: { readonly model: string; readonly durationSeconds: number }) => Either.Either<void, string>
+  /** The client, from this provider's own settings beyond base URL, key and lookup (Veo's project). */
+  readonly client: Setting<(context: ClientContext) => ClientCore>
+  readonly webhook?: WebhookDefinition
+}
+
+/** A provider with no settings of its own. */
+export const constant = <A>(value: A): Setting<A> => ({ config: Config.succeed(value), docs: [] })

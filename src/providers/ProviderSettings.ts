@@ -1,0 +1,54 @@
+import * as S from "../config/Settings.js"
+import type { ProviderDefinition } from "./ProviderDefinition.js"
+import { providers } from "./providers.js"
+import { secretPair } from "./webhookVerifiers.js"
+
+const env = (d: ProviderDefinition) => d.name.toUpperCase()
+
+/** One provider's client settings: where it is, our key, whether its endpoint answers lookups, and its own. */
+const clientSettings = (d: ProviderDefinition) =>
+  S.all({
+    baseUrl: S.string(`${env(d)}_BASE_URL`, `${d.title} API base URL`, d.defaultBaseUrl),
+    apiKey: S.secret(`${env(d)}_API_KEY`, `${d.title} API key`),
+    // None of these providers documents a lookup by idempotency key: it is off unless the endpoint is known to
+    // answer the simulator's. Off, an unknown submit is never guessed to be absent: it waits for a callback, then
+    // goes to manual review.
+    lookup: S.boolean(
+      `${env(d)}_LOOKUP`,
+      `${d.title} endpoint answers the simulator's lookup by idempotency key (GET /_lookup/{key})`,
+      false
+    ),
+    client: d.client
+  })
+
+/** How the platform calls providers: shared settings, then one record per provider of the list. */
+export const ProviderSettings = S.area("providers", "Provider APIs: addresses, keys, timeouts", {
+  publicBaseUrl: S.string(
+    "PUBLIC_BASE_URL",
+    "Where providers reach this platform's webhooks (/webhooks/<provider>)",
+    "http://127.0.0.1:3000"
+  ),
+  timeout: S.duration("PROVIDER_TIMEOUT", "Time limit of one provider call (submit, query, cancel)", "15 seconds"),
+  callbackTokenSecret: S.secret(
+    "CALLBACK_TOKEN_SECRET",
+    "Signs the per-attempt token in the callback URLs of providers whose callbacks are unsigned (Luma)"
+  ),
+  clients: S.all(Object.fromEntries(providers.map((d) => [d.name, clientSettings(d)])))
+})
+
+/** How the webhook gateway verifies providers' callbacks: one verifier per push-capable provider of the list. */
+export const ProviderWebhookSettings = S.area("provider webhooks", "Verification of provider callbacks", {
+  toleranceSeconds: S.integer(
+    "WEBHOOK_TOLERANCE_SECONDS",
+    "Largest age (and clock skew) of a signed webhook's timestamp",
+    300,
+    { min: 1 }
+  ),
+  callbackTokens: secretPair(
+    "CALLBACK_TOKEN_SECRET",
+    "Secret of the per-attempt callback tokens (Luma); unset, Luma callbacks are refused (404)"
+  ),
+  verifiers: S.all(
+    Object.fromEntries(providers.flatMap((d) => d.webhook === undefined ? [] : [[d.name, d.webhook.verifier]]))
+  )
+})

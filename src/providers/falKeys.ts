@@ -1,0 +1,63 @@
+import { HttpClient, HttpClientResponse } from "@effect/platform"
+import { Clock, Duration, Effect, Option, Ref, Schema } from "effect"
+import type { Ed25519Jwk } from "./signatures.js"
+
+const Ed25519Key = Schema.Struct({
+  kid: Schema.optional(Schema.String),
+  kty: Schema.Literal("OKP"),
+  crv: Schema.Literal("Ed25519"),
+  x: Schema.String
+})
+/** Keys of other types in the set are skipped, not a reason to reject the whole set. */
+const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Unknown) }).pipe(
+  Schema.transform(Schema.Struct({ keys: Schema.Array(Schema.typeSchema(Ed25519Key)) }), {
+    strict: true,
+    decode: ({ keys }) => ({ keys: keys.filter(Schema.is(Ed25519Key)) }),
+    encode: (jwks) => jwks
+  })
+)
+
+/**
+ * fal.ai's signing keys: fetched from its JWKS, cached (24 h), fetched again when no cached key verifies a
+ * signature — at most once a minute whatever the outcome, and one fetch at a time — so a key rotation is
+ * picked up without a restart and forged requests cannot turn into a stream of outbound fetches.
+ */
+export const makeFalKeys = (url: string) =>
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    const cache = yield* Ref.make<{ keys: ReadonlyArray<Ed25519Jwk>; fetchedAt: number; triedAt: number }>({
+      keys: [],
+      fetchedAt: 0,
+      triedAt: 0
+    })
+    const single = yield* Effect.makeSemaphore(1)
+    const fetch = (now: number) =>
+      client.get(url).pipe(
+        Effect.flatMap(HttpClientResponse.schemaBodyJson(Jwks)),
+        Effect.scoped,
+        Effect.timeout("5 seconds"),
+        Effect.tap((jwks) => Ref.set(cache, { keys: jwks.keys, fetchedAt: now, triedAt: now })),
+        Effect.tapError((e) =>
+          Effect.zipRight(
+            Ref.update(cache, (c) => ({ ...c, triedAt: now })),
+            Effect.logWarning("fal JWKS fetch failed", e)
+          )
+        ),
+        Effect.ignore
+      )
+    const due = (refresh: boolean) =>
+      Effect.map(Effect.all([Clock.currentTimeMillis, Ref.get(cache)]), ([now, c]) => {
+        const stale = c.keys.length === 0 || now - c.fetchedAt > Duration.toMillis("24 hours") || refresh
+        return stale && now - c.triedAt > Duration.toMillis("1 minute") ? Option.some(now) : Option.none()
+      })
+    // the common case (a fresh cache) takes no permit; a fetch is re-checked under the permit
+    return (refresh: boolean) =>
+      Effect.gen(function*() {
+        if (Option.isSome(yield* due(refresh))) {
+          yield* single.withPermits(1)(
+            Effect.flatMap(due(refresh), Option.match({ onNone: () => Effect.void, onSome: fetch }))
+          )
+        }
+        return (yield* Ref.get(cache)).keys
+      })
+  })

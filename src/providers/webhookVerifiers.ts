@@ -1,0 +1,45 @@
+import { Clock, Effect, Option, Redacted } from "effect"
+import * as S from "../config/Settings.js"
+import { constant, type WebhookDefinition } from "./ProviderDefinition.js"
+import { verifyCallbackToken, verifyStandardWebhook, type VersionedSecret } from "./signatures.js"
+
+/** A secret and the one it replaces (kept during a rotation): both verify. */
+export const secretPair = (name: string, what: string): S.Setting<ReadonlyArray<VersionedSecret>> =>
+  S.map(
+    S.all({
+      current: S.secret(name, what),
+      previous: S.secret(`${name}_PREVIOUS`, `The previous ${what}, accepted during a rotation`)
+    }),
+    ({ current, previous }) => [
+      ...Option.toArray(Option.map(current, (s) => ({ version: "current", secret: Redacted.value(s) }))),
+      ...Option.toArray(Option.map(previous, (s) => ({ version: "previous", secret: Redacted.value(s) })))
+    ]
+  )
+
+const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+/** Standard Webhooks (OpenAI, Replicate): HMAC over id.timestamp.body with a whsec_ secret. */
+export const standardWebhooks = (secretName: string, title: string): WebhookDefinition["verifier"] =>
+  S.map(
+    secretPair(secretName, `${title} webhook signing secret (whsec_…); unset, ${title} webhooks are refused (404)`),
+    (secrets) => ({ toleranceSeconds }) =>
+      secrets.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
+        Effect.map(
+          now,
+          (at) => verifyStandardWebhook({ secrets, headers: r.headers, body: r.body, now: at, toleranceSeconds })
+        )
+      ))
+  )
+
+/** Unsigned callbacks (Luma): the per-attempt token we put in the callback URL. */
+export const callbackTokens = (provider: string): WebhookDefinition["verifier"] =>
+  constant(({ callbackTokens }) =>
+    callbackTokens.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
+      Effect.succeed(verifyCallbackToken({
+        secrets: callbackTokens,
+        provider,
+        attemptId: r.query.get("attempt"),
+        token: r.query.get("token")
+      }))
+    ))
+  )
