@@ -9,7 +9,7 @@ import { openaiSeconds } from "../src/providers/openai.js"
 import { ProviderClients } from "../src/providers/ProviderClients.js"
 import type { Resolution } from "../src/providers/ProviderDefinition.js"
 import { providers } from "../src/providers/providers.js"
-import { ProviderSettings, ProviderWebhookSettings } from "../src/providers/ProviderSettings.js"
+import { CallbackTokenSettings, ProviderSettings, ProviderWebhookSettings } from "../src/providers/ProviderSettings.js"
 import { replicateRoute } from "../src/providers/replicate.js"
 import { runwayDuration } from "../src/providers/runway.js"
 import { veoDuration } from "../src/providers/veo.js"
@@ -80,7 +80,7 @@ describe("duration_seconds → each provider's allowed values", () => {
 
 describe("provider settings, built from the list", () => {
   it("keep every environment name, each described", () => {
-    const docs = [...ProviderSettings.docs, ...ProviderWebhookSettings.docs]
+    const docs = [...ProviderSettings.docs, ...ProviderWebhookSettings.docs, ...CallbackTokenSettings.docs]
     const names = docs.map((d) => d.name)
     for (const p of providers) {
       const n = p.name.toUpperCase()

@@ -102,6 +102,9 @@ export const optionalInteger = (name: string, description: string): Setting<Opti
 export const boolean = (name: string, description: string, fallback: boolean): Setting<boolean> =>
   setting(name, "boolean", description, Config.boolean(name), { value: fallback, shown: String(fallback) })
 
+export const optionalBoolean = (name: string, description: string): Setting<Option.Option<boolean>> =>
+  setting(name, "boolean", description, Config.option(Config.boolean(name)), "optional")
+
 export const port = (name: string, description: string, fallback: number): Setting<number> =>
   setting(name, "port", description, Config.port(name), { value: fallback, shown: String(fallback) })
 

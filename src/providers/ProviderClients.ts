@@ -2,7 +2,7 @@ import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Effect, Option, Redacted } from "effect"
 import { LookupUnsupported, type ProviderClient } from "./ProviderDefinition.js"
 import { providers } from "./providers.js"
-import { ProviderSettings } from "./ProviderSettings.js"
+import { CallbackTokenSettings, ProviderSettings } from "./ProviderSettings.js"
 import { callbackToken } from "./signatures.js"
 import { simulatorLookup } from "./simulatorLookup.js"
 import { makeTransport } from "./transport.js"
@@ -16,11 +16,10 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
   effect: Effect.gen(function*() {
     const http = yield* HttpClient.HttpClient
     const settings = yield* ProviderSettings.config
+    const { secrets } = yield* CallbackTokenSettings.config
+    const current = secrets.find((s) => s.version === "current")
     const callbackTokenOf = (provider: string) => (attemptId: string) =>
-      Option.match(settings.callbackTokenSecret, {
-        onNone: () => "",
-        onSome: (s) => callbackToken(Redacted.value(s), provider, attemptId)
-      })
+      current === undefined ? "" : callbackToken(current.secret, provider, attemptId)
 
     const clients = new Map(providers.map((d): [string, ProviderClient] => {
       const s = settings.clients[d.name]!

@@ -2,7 +2,7 @@ import { Effect, Option } from "effect"
 import type { WebhookProtocol } from "./ProviderAdapter.js"
 import type { Verify } from "./ProviderDefinition.js"
 import { providers } from "./providers.js"
-import { ProviderWebhookSettings } from "./ProviderSettings.js"
+import { CallbackTokenSettings, ProviderWebhookSettings } from "./ProviderSettings.js"
 
 export interface WebhookEndpoint {
   readonly protocol: WebhookProtocol
@@ -16,7 +16,8 @@ export interface WebhookEndpoint {
 export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("ProviderRegistry", {
   effect: Effect.gen(function*() {
     const settings = yield* ProviderWebhookSettings.config
-    const context = { toleranceSeconds: settings.toleranceSeconds, callbackTokens: settings.callbackTokens }
+    const { secrets } = yield* CallbackTokenSettings.config
+    const context = { toleranceSeconds: settings.toleranceSeconds, callbackTokens: secrets }
     const endpoints = new Map<string, WebhookEndpoint>()
     for (const d of providers) {
       const build = d.webhook === undefined ? Option.none() : settings.verifiers[d.name]!(context)

@@ -29,11 +29,18 @@ export const ProviderSettings = S.area("providers", "Provider APIs: addresses, k
     "http://127.0.0.1:3000"
   ),
   timeout: S.duration("PROVIDER_TIMEOUT", "Time limit of one provider call (submit, query, cancel)", "15 seconds"),
-  callbackTokenSecret: S.secret(
-    "CALLBACK_TOKEN_SECRET",
-    "Signs the per-attempt token in the callback URLs of providers whose callbacks are unsigned (Luma)"
-  ),
   clients: S.all(Object.fromEntries(providers.map((d) => [d.name, clientSettings(d)])))
+})
+
+/**
+ * The secret of the per-attempt tokens in the callback URLs of providers whose callbacks are unsigned (Luma): the
+ * clients sign with the current one, the gateway accepts the current and the previous one. One area, read by both.
+ */
+export const CallbackTokenSettings = S.area("callback tokens", "Per-attempt callback URL tokens", {
+  secrets: secretPair(
+    "CALLBACK_TOKEN_SECRET",
+    "Secret of the per-attempt callback tokens (Luma): signs them in callback URLs; unset, Luma callbacks are refused (404)"
+  )
 })
 
 /** How the webhook gateway verifies providers' callbacks: one verifier per push-capable provider of the list. */
@@ -43,10 +50,6 @@ export const ProviderWebhookSettings = S.area("provider webhooks", "Verification
     "Largest age (and clock skew) of a signed webhook's timestamp",
     300,
     { min: 1 }
-  ),
-  callbackTokens: secretPair(
-    "CALLBACK_TOKEN_SECRET",
-    "Secret of the per-attempt callback tokens (Luma); unset, Luma callbacks are refused (404)"
   ),
   verifiers: S.all(
     Object.fromEntries(providers.flatMap((d) => d.webhook === undefined ? [] : [[d.name, d.webhook.verifier]]))

@@ -1,7 +1,7 @@
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
 import * as S from "../config/Settings.js"
-import { withEmbeddedSimulator } from "../simulator/embedded.js"
+import { withEmbeddedSimulator } from "./EmbeddedSimulator.js"
 import { layerLogLevel } from "./Logging.js"
 import { RunnerLive } from "./Runner.js"
 import { allAreas } from "./settings.js"

@@ -15,9 +15,12 @@ import { TaskStoreSettings } from "../persistence/TaskStore.js"
 import { WriteFenceSettings } from "../persistence/WriteFence.js"
 import { DispatcherSettings } from "../propagation/NotificationDispatcher.js"
 import { OutboxRelaySettings } from "../propagation/OutboxRelay.js"
+import { CallbackTokenSettings, ProviderSettings, ProviderWebhookSettings } from "../providers/ProviderSettings.js"
 import { QueueSettings } from "../queue/RocketMQQueue.js"
 import { QuotaSettings } from "../quota/ProviderQuota.js"
 import { RedisSettings } from "../redis/Redis.js"
+import { SimulatorSettings } from "../simulator/SimulatorSettings.js"
+import { EmbeddedSimulatorSettings } from "./EmbeddedSimulator.js"
 import { LoggingSettings } from "./Logging.js"
 import { RunnerSettings } from "./RunnerConfig.js"
 
@@ -46,7 +49,10 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   BusSettings,
   StreamSettings,
   AuthSettings,
-  EventRetentionSettings
-  // providers: appended when src/providers exports its areas
-  // simulator: appended when src/simulator exports its areas
+  EventRetentionSettings,
+  ProviderSettings,
+  ProviderWebhookSettings,
+  CallbackTokenSettings,
+  EmbeddedSimulatorSettings,
+  SimulatorSettings
 ]
