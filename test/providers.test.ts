@@ -100,7 +100,7 @@ describe("provider settings, built from the list", () => {
       "FAL_JWKS_URL",
       "FAL_USER_ID"
     ]))
-    expect(docs.find((d) => d.name === "PROVIDER_TIMEOUT")?.default).toBe("15s")
+    expect(docs.find((d) => d.name === "PROVIDER_TIMEOUT")?.default).toBe("15 seconds")
     expect(docs.filter((d) => d.description.length === 0)).toEqual([])
   })
 })
