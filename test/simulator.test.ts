@@ -67,10 +67,8 @@ describe("provider clients against the simulator", () => {
           const seen: Array<string> = []
           const last = yield* client.query(providerTaskId, modelOf(provider)).pipe(
             Effect.tap((r) => Effect.sync(() => seen.push(r.status))),
-            Effect.repeat({
-              until: (r) => r.status !== "queued" && r.status !== "running",
-              schedule: Schedule.spaced(Duration.millis(100))
-            }),
+            Effect.filterOrFail((r) => r.status !== "queued" && r.status !== "running", () => "still going"),
+            Effect.retry(Schedule.spaced(Duration.millis(100))),
             Effect.timeout(scaledDuration(Duration.seconds(20)))
           )
           expect([provider, last.status]).toEqual([provider, "succeeded"])
@@ -85,10 +83,8 @@ describe("provider clients against the simulator", () => {
         yield* simulator.setFaults({ jobDurationMs: 300, outcomes: { succeeded: 0, failed: 1, canceled: 0 } })
         const { client, providerTaskId } = yield* submitOne("replicate")
         const ended = yield* client.query(providerTaskId, modelOf("replicate")).pipe(
-          Effect.repeat({
-            until: (r) => r.status !== "queued" && r.status !== "running",
-            schedule: Schedule.spaced(Duration.millis(100))
-          }),
+          Effect.filterOrFail((r) => r.status !== "queued" && r.status !== "running", () => "still going"),
+          Effect.retry(Schedule.spaced(Duration.millis(100))),
           Effect.timeout(scaledDuration(Duration.seconds(20)))
         )
         expect(ended.status).toBe("failed")
