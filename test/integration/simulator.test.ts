@@ -1,0 +1,106 @@
+import { FetchHttpClient } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { describe, expect, layer } from "@effect/vitest"
+import { Context, Duration, Effect, Layer, Option } from "effect"
+import { createServer } from "node:http"
+import { ProviderClients } from "../../src/providers/ProviderClients.js"
+import { serveSimulator } from "../../src/simulator/Simulator.js"
+import { freePort, quietLogs, withSettings } from "../support/runner.js"
+
+const simPort = await Effect.runPromise(freePort)
+const sim = `http://127.0.0.1:${simPort}`
+const PROVIDERS = ["openai", "replicate", "fal", "runway", "luma", "veo"] as const
+const settings = {
+  PROVIDER_TIMEOUT: "700 millis",
+  ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
+}
+
+class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
+
+const TestLayer = Layer.mergeAll(
+  Layer.scoped(
+    Sim,
+    serveSimulator({
+      openaiSecret: "whsec_" + "A".repeat(44),
+      replicateSecret: "whsec_" + "B".repeat(44),
+      openaiWebhookUrl: null
+    })
+  )
+    .pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort }))),
+  ProviderClients.Default
+).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs), Layer.provide(withSettings(settings)))
+
+const submitOne = (provider: string, key = crypto.randomUUID()) =>
+  Effect.gen(function*() {
+    const client = Option.getOrThrow((yield* ProviderClients).get(provider))
+    const { providerTaskId } = yield* client.submit({
+      attemptId: crypto.randomUUID(),
+      clientRequestId: key,
+      model: "sim-video",
+      prompt: "a test",
+      durationSeconds: 4
+    })
+    return { client, providerTaskId, key }
+  })
+
+describe("provider clients against the simulator", () => {
+  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+    it.effect("every provider's query API walks queued → running → its outcome, normalized", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({
+          jobDurationMs: 600,
+          queuedShare: 0.3,
+          outcomes: { succeeded: 1, failed: 0, canceled: 0 }
+        })
+        for (const provider of PROVIDERS) {
+          const { client, providerTaskId } = yield* submitOne(provider)
+          const first = yield* client.query(providerTaskId, "sim-video")
+          expect(["queued", "running"]).toContain(first.status)
+          yield* Effect.sleep(Duration.millis(700))
+          const last = yield* client.query(providerTaskId, "sim-video")
+          expect([provider, last.status]).toEqual([provider, "succeeded"])
+          expect(last.providerTaskId).toBe(providerTaskId)
+        }
+      }))
+
+    it.effect("failures and cancels are reported as such", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 300, outcomes: { succeeded: 0, failed: 1, canceled: 0 } })
+        const { client, providerTaskId } = yield* submitOne("replicate")
+        yield* Effect.sleep(Duration.millis(400))
+        expect((yield* client.query(providerTaskId, "sim-video")).status).toBe("failed")
+        yield* simulator.setFaults({ jobDurationMs: 5000, outcomes: { succeeded: 1, failed: 0, canceled: 0 } })
+        const running = yield* submitOne("runway")
+        yield* running.client.cancel(running.providerTaskId, "sim-video")
+        expect((yield* running.client.query(running.providerTaskId, "sim-video")).status).toBe("canceled")
+      }))
+
+    it.effect("429 carries Retry-After, 5xx is a server error; neither is ever a resubmission", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 5000, rate429: 0, rate5xx: 0 })
+        const { client, key, providerTaskId } = yield* submitOne("openai")
+        yield* simulator.setFaults({ rate429: 1, retryAfterSeconds: 7 })
+        const throttled = yield* Effect.flip(client.query(providerTaskId, "sim-video"))
+        expect(throttled.kind).toBe("rate_limited")
+        expect(Option.map(throttled.retryAfter, Duration.toSeconds)).toEqual(Option.some(7))
+        yield* simulator.setFaults({ rate429: 0, rate5xx: 1 })
+        expect((yield* Effect.flip(client.query(providerTaskId, "sim-video"))).kind).toBe("server")
+        yield* simulator.setFaults({ rate5xx: 0 })
+        expect(simulator.submissions(key)).toBe(1)
+      }))
+
+    it.effect("accepted-then-timeout is SUBMIT_UNKNOWN, and the simulator counts the job it did create", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ submitAcceptThenTimeout: 1 })
+        const key = crypto.randomUUID()
+        const failure = yield* Effect.flip(submitOne("luma", key))
+        yield* simulator.setFaults({ submitAcceptThenTimeout: 0 })
+        expect(failure._tag).toBe("SubmitUnknown")
+        expect(simulator.submissions(key)).toBe(1)
+      }))
+  })
+})
