@@ -1,10 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Fiber, Option } from "effect"
+import { Duration, Effect, Fiber, Option, TestClock } from "effect"
 import * as Steps from "../../src/domain/lifecycleSteps.js"
 import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "../../src/domain/pollPolicy.js"
 import { changeIsAllowed, type Outcome } from "../../src/domain/transition.js"
 import { OutputWork } from "../../src/output/OutputWork.js"
 import { ProviderCallFailed } from "../../src/providers/ProviderClients.js"
+import { advance, advanceToNextPoll, advanceToRetry } from "../../src/testing/Clock.js"
 import { ids, makeAttempt, makeTask, t0 } from "../support/fixtures.js"
 
 const meta = { source: "system", traceId: "t" } as const
@@ -146,20 +147,52 @@ describe("poll policy (seed 12.8.3)", () => {
     expect(delays).toEqual([2000, 4000, 8000, 16000, 300_000, 300_000])
     expect(nextPollAfterFailure(failure("auth"), 1, policy, 0)).toBeGreaterThanOrEqual(60_000)
   })
+
+  // a poller that backs off on the policy's delays, driven by the TestClock: each try happens exactly when the
+  // policy says, not a millisecond earlier, and a success goes back to the state's interval
+  it.effect("on the test clock, 5xx tries come at 2, 6, 14 s; after a success the next poll is 5–15 s later", () =>
+    Effect.gen(function*() {
+      const tries: Array<number> = []
+      const poller = yield* Effect.fork(Effect.gen(function*() {
+        let failures = 1 // the poll at 0 got a 503
+        for (const outcome of ["server", "server", "ok", "ok", "ok"]) {
+          const delay = failures > 0
+            ? nextPollAfterFailure(failure("server"), failures, policy, 1)
+            : nextPollAfterSuccess("running", false, policy, 0.5)
+          yield* Effect.sleep(Duration.millis(delay))
+          tries.push(yield* TestClock.currentTimeMillis)
+          failures = outcome === "ok" ? 0 : failures + 1
+        }
+      }))
+      yield* advanceToRetry(policy, failure("server"), 1, 1)
+      expect(tries).toEqual([2000])
+      yield* advance(Duration.millis(3999))
+      expect(tries).toEqual([2000]) // not a millisecond early
+      yield* advance(Duration.millis(1))
+      expect(tries).toEqual([2000, 6000])
+      yield* advanceToRetry(policy, failure("server"), 3, 1)
+      expect(tries).toEqual([2000, 6000, 14_000])
+      yield* advanceToNextPoll(policy, "running")
+      yield* advanceToNextPoll(policy, "running")
+      yield* Fiber.join(poller)
+      expect(tries).toEqual([2000, 6000, 14_000, 24_000, 34_000])
+    }))
 })
 
 describe("output work order", () => {
-  it.live("under a backlog the output with the earliest deadline goes first", () =>
+  // on the TestClock: stepping it lets every forked fiber run until it waits (for a permit or the gate)
+  it.effect("under a backlog the output with the earliest deadline goes first", () =>
     Effect.gen(function*() {
       const work = yield* OutputWork
       const order: Array<number> = []
       const gate = yield* Effect.makeLatch(false)
       // fill every permit (8 by default) with work that waits at the gate
       const blockers = yield* Effect.forEach(Array.from({ length: 8 }), () => Effect.fork(work.run(null, gate.await)))
-      yield* Effect.sleep(Duration.millis(20))
+      yield* TestClock.adjust(Duration.millis(20))
       const queued = yield* Effect.forEach([30, 10, 20], (d) =>
         Effect.fork(work.run(new Date(d), Effect.sync(() => order.push(d)))))
-      yield* Effect.sleep(Duration.millis(20))
+      yield* TestClock.adjust(Duration.millis(20))
+      expect(order).toEqual([]) // nothing ran past the full permits
       yield* gate.open
       yield* Fiber.joinAll(blockers)
       yield* Fiber.joinAll(queued)

@@ -1,7 +1,20 @@
 import { FetchHttpClient, HttpClientRequest, HttpRouter, HttpServer, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { ConfigProvider, Context, Effect, Either, Layer, Logger, LogLevel, Option, Stream } from "effect"
+import {
+  ConfigProvider,
+  Context,
+  Effect,
+  Either,
+  Fiber,
+  Layer,
+  Logger,
+  LogLevel,
+  Option,
+  Stream,
+  TestClock,
+  TestContext
+} from "effect"
 import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import { createServer } from "node:http"
@@ -244,11 +257,23 @@ describe("OutputDownloader", () => {
         expect(yield* filesUnder("task-cl")).toEqual([])
       }))
 
+    // the download timeout runs on the TestClock (the server and the socket are real): no 2 s of waiting
     it.effect("a stalled body times out as a retryable network failure and leaves nothing", () =>
       Effect.gen(function*() {
-        expect(yield* failureOf("/stall", "task-stall/a/output.mp4")).toEqual({ kind: "network", retryable: true })
+        const download = yield* Effect.fork(failureOf("/stall", "task-stall/a/output.mp4"))
+        // the body has begun (its first 100 bytes are in a temp file), and then the origin goes silent; each step
+        // lets the sockets run, and a thousand steps of 1 ms stay below the 2 s timeout
+        let started = false
+        for (let i = 0; i < 1000 && !started; i++) {
+          yield* TestClock.adjust("1 millis")
+          started = (yield* filesUnder("task-stall")).length > 0
+        }
+        expect(started).toBe(true)
+        expect(download.unsafePoll()).toBeNull()
+        yield* TestClock.adjust("2 seconds")
+        expect(yield* Fiber.join(download)).toEqual({ kind: "network", retryable: true })
         expect(yield* filesUnder("task-stall")).toEqual([])
-      }))
+      }).pipe(Effect.provide(TestContext.TestContext)))
 
     it.effect("classifies 404, 503 and 403", () =>
       Effect.gen(function*() {
