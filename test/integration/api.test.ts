@@ -7,6 +7,7 @@ import { TokenSigner } from "../../src/http/Auth.js"
 import type { ProjectId, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs } from "../support/runner.js"
 import { observation, uuid } from "../support/tasks.js"
 
@@ -62,7 +63,7 @@ const counts = (tenantId: string = tenant) =>
 const tasksUrl = `/v1/projects/${project}/tasks`
 
 describe.skipIf(noDatabase)("task API over HTTP with a cluster runner on PostgreSQL", () => {
-  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("POST creates the task, reserve, created event and outbox row in one go", () =>
       Effect.gen(function*() {
         const before = yield* counts()

@@ -8,7 +8,7 @@ import * as path from "node:path"
 import { chromium } from "playwright-core"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
-import { isCI, services } from "../support/env.js"
+import { isCI, scaled, services } from "../support/env.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
 import { uuid } from "../support/tasks.js"
@@ -49,7 +49,7 @@ const TestLayer = layerSim(simPort, platform).pipe(
 )
 
 describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () => {
-  layer(TestLayer, { timeout: 180_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(180_000), excludeTestServices: true })((it) => {
     it.effect("create tasks, watch them reach ready, cut the stream mid-way: it resumes with no missed transition", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim
@@ -68,7 +68,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
         page.on("pageerror", (e) => consoleErrors.push(e.message))
         yield* Effect.promise(() => page.goto(`http://127.0.0.1:${proxy.port}/`))
         const waitFor = (selector: string, timeout = 30_000) =>
-          Effect.promise(() => page.waitForSelector(selector, { timeout }))
+          Effect.promise(() => page.waitForSelector(selector, { timeout: scaled(timeout) }))
         yield* waitFor(`#connection[data-state="live"]`)
 
         yield* Effect.promise(async () => {
@@ -93,7 +93,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
                 tr.getAttribute("data-status") === "ready"
               ),
             undefined,
-            { timeout: 90_000 }
+            { timeout: scaled(90_000) }
           )
         )
         fs.mkdirSync(ARTIFACTS, { recursive: true })
@@ -132,7 +132,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
         const page = yield* Effect.promise(() => browser.newPage())
         yield* Effect.promise(() => page.goto(`${platform}/`))
         const waitFor = (selector: string, timeout = 30_000) =>
-          Effect.promise(() => page.waitForSelector(selector, { timeout }))
+          Effect.promise(() => page.waitForSelector(selector, { timeout: scaled(timeout) }))
         yield* waitFor(`#connection[data-state="live"]`)
         // every stream request now fails (a proxy that drops long-lived connections, say); snapshots still work
         yield* Effect.promise(() => page.route("**/events*", (route) => route.abort()))
@@ -157,7 +157,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
               document.querySelectorAll("tr[data-task-id]").length === n + 1 &&
               document.querySelector("tr[data-task-id]")!.getAttribute("data-status") === "ready",
             before,
-            { timeout: 45_000 }
+            { timeout: scaled(45_000) }
           )
         )
         yield* Effect.promise(() => page.unroute("**/events*"))

@@ -6,6 +6,7 @@ import { TaskStore } from "../../src/persistence/TaskStore.js"
 import { layerStores } from "../../src/runners/Runner.js"
 import type { TaskId } from "../../src/schema/ids.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { admitTask, uuid } from "../support/tasks.js"
 
 const WRITERS = 24
@@ -30,7 +31,7 @@ const writer = (taskId: TaskId) =>
   })
 
 describe.skipIf(noDatabase)("gap-free, commit-ordered project cursor", () => {
-  layer(layerStores(layerTestDatabase(WRITERS + 4)), { timeout: 120_000, excludeTestServices: true })((it) => {
+  layer(layerStores(layerTestDatabase(WRITERS + 4)), { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("a reader tailing cursor > x under many concurrent writers sees every event, in cursor order", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

@@ -2,6 +2,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { uuid } from "../support/tasks.js"
 import { eventually, openaiEvent, openAISigner, post, submittedTask, taskRow } from "../support/webhooks.js"
@@ -18,7 +19,7 @@ const TestLayer = layerHttpTest.pipe(
 )
 
 describe.skipIf(noDatabase)("inbox low-latency path", () => {
-  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("LISTEN/NOTIFY wakes the processor at once: the task changes long before any sweep", () =>
       Effect.gen(function*() {
         // let the processor finish its first (empty) sweep and go to sleep on the wake-up queue

@@ -5,6 +5,7 @@ import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ProviderClients } from "../../src/providers/ProviderClients.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
 import { admitTask } from "../support/tasks.js"
@@ -28,7 +29,7 @@ const TestLayer = Layer.mergeAll(SimLive, ProviderClients.Default).pipe(
 const expected = { succeeded: "provider_succeeded", failed: "failed", canceled: "canceled" } as const
 
 describe.skipIf(noDatabase)("provider intake end to end with the simulator", () => {
-  layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("duplicated, reordered and dropped webhooks: every task converges to the simulator's truth", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim

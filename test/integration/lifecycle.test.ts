@@ -10,6 +10,7 @@ import { TaskClient } from "../../src/entities/TaskClient.js"
 import type { TaskStatus } from "../../src/schema/task.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { expectBalanced, ledgers, startTask, statuses, waitForStatus } from "../support/lifecycle.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
@@ -72,7 +73,7 @@ const statusHistory = (taskId: string) =>
     .pipe(Effect.map((rows) => rows.map((r) => r.status)), Effect.orDie)
 
 describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () => {
-  layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("every callback dropped: each task still reaches ready by polling, output stored and checked", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim

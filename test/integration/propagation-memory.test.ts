@@ -8,6 +8,7 @@ import { EventQueue } from "../../src/queue/EventQueue.js"
 import { layerMemory as queueMemory } from "../../src/queue/MemoryQueue.js"
 import { AdmissionsThrottled } from "../../src/schema/errors.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { listen, taskWithHistory, until, versionsByTask } from "../support/propagation.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { admitTask, uuid } from "../support/tasks.js"
@@ -25,7 +26,7 @@ const TestLayer = Layer.mergeAll(
 ).pipe(Layer.provide(quietLogs), Layer.provide(withSettings(settings)))
 
 describe.skipIf(noDatabase)("event propagation on the in-process queue and bus (npm start on a bare machine)", () => {
-  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("every committed event reaches the project's subscribers in order per task, woken by NOTIFY", () =>
       Effect.gen(function*() {
         const projectId = uuid()

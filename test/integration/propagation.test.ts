@@ -7,7 +7,7 @@ import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { layerRocketMQ } from "../../src/queue/RocketMQQueue.js"
 import * as Redis from "../../src/redis/Redis.js"
 import { makeTestDatabaseUrl, noDatabase } from "../support/database.js"
-import { services } from "../support/env.js"
+import { scaled, services } from "../support/env.js"
 import { listen, type RunnerServices, taskWithHistory, until, versionsByTask } from "../support/propagation.js"
 import { startScopedRunner } from "../support/runner.js"
 import { uuid } from "../support/tasks.js"
@@ -34,7 +34,7 @@ const settings = {
   OUTBOX_MAX_BACKOFF: "2 seconds"
 }
 const rocketmq = (...args: Array<string>) =>
-  execFileSync("scripts/rocketmq.sh", args, { stdio: "pipe", timeout: 300_000 })
+  execFileSync("scripts/rocketmq.sh", args, { stdio: "pipe", timeout: scaled(300_000) })
 
 let redisProxy: Awaited<ReturnType<typeof startTcpProxy>> | undefined
 beforeAll(async () => {
@@ -42,7 +42,7 @@ beforeAll(async () => {
   rocketmq("topic", topic, group)
   const target = new URL(redisUrl!)
   redisProxy = await startTcpProxy(Number(target.port || 6379), target.hostname)
-}, 300_000)
+}, scaled(300_000))
 afterAll(async () => {
   await redisProxy?.close()
   if (!skip) rocketmq("drop", topic, group)

@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { admitTask, uuid } from "../support/tasks.js"
 import { eventually } from "../support/webhooks.js"
@@ -12,7 +13,7 @@ const TestLayer = layerTestRunner(layerTestDatabase()).pipe(
 )
 
 describe.skipIf(noDatabase)("reconcilers (a cluster singleton)", () => {
-  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("a terminal task whose reserve was never settled gets exactly one settlement of the reserve", () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient

@@ -5,6 +5,7 @@ import { Context, Duration, Effect, Layer, Option } from "effect"
 import { createServer } from "node:http"
 import { ProviderClients } from "../../src/providers/ProviderClients.js"
 import { serveSimulator } from "../../src/simulator/Simulator.js"
+import { scaled } from "../support/env.js"
 import { freePort, quietLogs, withSettings } from "../support/runner.js"
 
 const simPort = await Effect.runPromise(freePort)
@@ -44,7 +45,7 @@ const submitOne = (provider: string, key = crypto.randomUUID()) =>
   })
 
 describe("provider clients against the simulator", () => {
-  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("every provider's query API walks queued → running → its outcome, normalized", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim

@@ -7,6 +7,7 @@ import { EventGateway } from "../../src/gateway/EventGateway.js"
 import { EventLog } from "../../src/persistence/EventLog.js"
 import type { ProjectId } from "../../src/schema/ids.js"
 import { noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { until } from "../support/propagation.js"
 import { freePort } from "../support/runner.js"
 import { openSse, payloads, seqOf, type SseClient } from "../support/sse.js"
@@ -49,7 +50,7 @@ const expectGapFree = (client: SseClient, projectId: string, afterSeq: number) =
   })
 
 describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL and Redis", () => {
-  layer(layerStreamRunner(port, settings), { timeout: 120_000, excludeTestServices: true })((it) => {
+  layer(layerStreamRunner(port, settings), { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("snapshot, then events from its cursor: replay under concurrent commits never skips, then live", () =>
       Effect.gen(function*() {
         const { projectId, tasks } = yield* projectWithTasks(6)

@@ -4,6 +4,7 @@ import { Context, Duration, Effect, Exit, Schedule, Scope } from "effect"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { layerPropagationMemory } from "../../src/propagation/Propagation.js"
 import { makeTestDatabaseUrl, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { startScopedRunner } from "../support/runner.js"
 import { admitTask, observation } from "../support/tasks.js"
 
@@ -77,7 +78,7 @@ describe.skipIf(noDatabase)("two runners on one PostgreSQL", () => {
         yield* Effect.logWarning(`handoff after graceful stop: ${movedTasks.length} tasks answered in ${handoffMs} ms`)
         yield* Scope.close(a.scope, Exit.void)
       }).pipe(Effect.scoped),
-    { timeout: 120_000 }
+    { timeout: scaled(120_000) }
   )
 
   it.live(
@@ -96,6 +97,6 @@ describe.skipIf(noDatabase)("two runners on one PostgreSQL", () => {
         yield* Scope.close(b.scope, Exit.void)
         yield* Scope.close(a.scope, Exit.void)
       }).pipe(Effect.scoped),
-    { timeout: 120_000 }
+    { timeout: scaled(120_000) }
   )
 })

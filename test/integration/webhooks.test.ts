@@ -8,6 +8,7 @@ import { layerPostgres } from "../../src/persistence/Database.js"
 import { callbackToken, falSigningString } from "../../src/providers/signatures.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { databaseUrl, makeTestDatabaseUrl, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { admitTask, uuid } from "../support/tasks.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
@@ -61,7 +62,7 @@ const TestLayer = layerHttpTest.pipe(
 const signOpenAI = openAISigner(OPENAI_SECRET)
 
 describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
-  layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("a valid webhook is 204 after it is stored, and the task changes through the inbox", () =>
       Effect.gen(function*() {
         const videoId = `video_${uuid()}`

@@ -3,6 +3,7 @@ import { Duration, Effect } from "effect"
 import WebSocket from "ws"
 import type { ProjectId } from "../../src/schema/ids.js"
 import { noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
 import { until } from "../support/propagation.js"
 import { freePort } from "../support/runner.js"
 import {
@@ -92,7 +93,7 @@ const uncaught: Array<unknown> = []
 process.on("uncaughtExceptionMonitor", (error) => uncaught.push(error))
 
 describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on PostgreSQL and Redis", () => {
-  layer(layerStreamRunner(port, settings), { timeout: 120_000, excludeTestServices: true })((it) => {
+  layer(layerStreamRunner(port, settings), { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("frames: replay from ?after= under concurrent commits is the stored cursor sequence, then live", () =>
       Effect.gen(function*() {
         const { projectId, tasks } = yield* projectWithTasks(6)

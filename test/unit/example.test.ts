@@ -32,7 +32,7 @@ const TestRunner = layerTestRunner({ settings: { OUTBOX_SWEEP_INTERVAL: "1 secon
 
 describe("building on the control plane", () => {
   // the cluster keeps its own time (shard locks), so the runner's tests run on the live clock
-  layer(TestRunner, { excludeTestServices: true, timeout: 60_000 })((it) => {
+  layer(TestRunner, { excludeTestServices: true })((it) => {
     it.effect("a task follows its provider to success, one version per change", () =>
       Effect.gen(function*() {
         const { attemptId, taskId } = yield* admitTask({ provider: "simulator" })

@@ -5,6 +5,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { TokenSigner } from "../../../src/http/Auth.js"
 import type { ProjectId, TenantId, UserId } from "../../../src/schema/ids.js"
+import { scaled } from "../../support/env.js"
 import { type Proc, spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
 import { freePort, withSettings } from "../../support/runner.js"
 
@@ -79,5 +80,5 @@ describe("npm start on the embedded PostgreSQL (PGlite)", () => {
       first.child.kill("SIGKILL")
       fs.rmSync(dataDir, { recursive: true, force: true })
     }
-  }, 180_000)
+  }, scaled(180_000))
 })

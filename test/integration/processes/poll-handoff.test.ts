@@ -8,7 +8,7 @@ import * as path from "node:path"
 import { layerPostgres } from "../../../src/persistence/Database.js"
 import { layerStores } from "../../../src/runners/Runner.js"
 import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
-import { services } from "../../support/env.js"
+import { scaled, services } from "../../support/env.js"
 import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
 import { freePort, quietLogs } from "../../support/runner.js"
 import { layerSim, Sim } from "../../support/simulator.js"
@@ -73,7 +73,7 @@ const attemptRow = (attemptId: string) =>
   )
 
 describe.skipIf(noDatabase)("a runner killed mid-poll", () => {
-  layer(TestLayer, { timeout: 120_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("another runner resumes polling the task once the poll lease expires; one submission", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim

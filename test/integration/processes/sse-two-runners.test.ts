@@ -5,6 +5,7 @@ import * as Database from "../../../src/persistence/Database.js"
 import { layerStores } from "../../../src/runners/Runner.js"
 import type { ProjectId, UserId } from "../../../src/schema/ids.js"
 import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
+import { scaled } from "../../support/env.js"
 import { spawnRunner, waitForHttp } from "../../support/processes.js"
 import { until } from "../../support/propagation.js"
 import { freePort, withSettings } from "../../support/runner.js"
@@ -97,5 +98,5 @@ describe.skipIf(noDatabase || redisUrl === undefined)("two runners", () => {
       expect(got).toEqual(stored.map((r) => Number(r.cursor_seq)))
       expect(payloads(second).length).toBeGreaterThan(0)
       second.close()
-    }).pipe(Effect.scoped), 240_000)
+    }).pipe(Effect.scoped), scaled(240_000))
 })
