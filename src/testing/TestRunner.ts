@@ -19,7 +19,12 @@ import { RunnerConfig } from "../runners/RunnerConfig.js"
  * one process, and a setting written by one would leak into the next).
  */
 export const withSettings = (settings: Readonly<Record<string, string>>) =>
-  Layer.setConfigProvider(settingsProvider(settings))
+  // over the provider in effect where it is built (the environment's, or outer settings'), so settings nest
+  Layer.unwrapEffect(Effect.configProviderWith((current) =>
+    Effect.succeed(Layer.setConfigProvider(
+      ConfigProvider.fromMap(new Map(Object.entries(settings))).pipe(ConfigProvider.orElse(() => current))
+    ))
+  ))
 
 /** The ConfigProvider behind `withSettings`, for `Effect.withConfigProvider` where there is no layer. */
 export const settingsProvider = (settings: Readonly<Record<string, string>>) =>
