@@ -31,7 +31,8 @@ describe.skipIf(noDatabase)("inbox low-latency path", () => {
           const started = Date.now()
           expect((yield* post("/webhooks/openai", body, sign(body))).status).toBe(204)
           yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
-          expect(Date.now() - started).toBeLessThan(5_000)
+          // the sweep is 10 minutes away: within seconds (scaled for a slow machine) only the NOTIFY can have done it
+          expect(Date.now() - started).toBeLessThan(scaled(5_000))
         }
       }))
   })

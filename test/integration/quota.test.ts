@@ -3,7 +3,7 @@ import { ConfigProvider, Context, Duration, Effect, Layer, Logger, LogLevel } fr
 import { Redis as IORedis } from "ioredis"
 import { ProviderQuota, type QuotaScope } from "../../src/quota/ProviderQuota.js"
 import * as Redis from "../../src/redis/Redis.js"
-import { services } from "../support/env.js"
+import { scaled, services } from "../support/env.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
 
 /** Like DATABASE_URL: without REDIS_URL these tests are skipped locally, and must not be in CI. */
@@ -157,14 +157,14 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
       proxy.pause()
       yield* Effect.promise(() => redis.del(`${prefix}quota:provider:acme`))
       yield* Effect.timed(quota.acquire(scope(0))).pipe(
-        Effect.map(([d]) => expect(Duration.toMillis(d)).toBeLessThan(300)),
+        Effect.map(([d]) => expect(Duration.toMillis(d)).toBeLessThan(scaled(300))),
         Effect.repeatN(5)
       )
       expect(yield* providerTat).toBeNull()
       proxy.resume()
       const started = Date.now()
       while ((yield* providerTat) === null) {
-        expect(Date.now() - started).toBeLessThan(5_000)
+        expect(Date.now() - started).toBeLessThan(scaled(5_000))
         yield* quota.acquire(scope(0)).pipe(Effect.zipRight(Effect.sleep("50 millis")))
       }
       console.log(`recovery: shared again ${Date.now() - started} ms after Redis came back`)

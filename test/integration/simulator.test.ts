@@ -1,11 +1,11 @@
 import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Layer, Option } from "effect"
+import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { createServer } from "node:http"
 import { ProviderClients } from "../../src/providers/ProviderClients.js"
 import { serveSimulator } from "../../src/simulator/Simulator.js"
-import { scaled } from "../support/env.js"
+import { scaled, scaledDuration } from "../support/env.js"
 import { freePort, quietLogs, withSettings } from "../support/runner.js"
 
 const simPort = await Effect.runPromise(freePort)
@@ -30,6 +30,17 @@ const TestLayer = Layer.mergeAll(
     .pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort }))),
   ProviderClients.Default
 ).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs), Layer.provide(withSettings(settings)))
+
+/** Queries the job until the simulator reports it no longer queued or running (the deadline scales). */
+const finished = <A extends { readonly status: string }>(
+  client: { readonly query: (id: string, model: string) => Effect.Effect<A, unknown> },
+  providerTaskId: string
+) =>
+  client.query(providerTaskId, "sim-video").pipe(
+    Effect.filterOrFail((r) => r.status !== "queued" && r.status !== "running", () => "still in progress"),
+    Effect.retry(Schedule.spaced(Duration.millis(50)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(10))))),
+    Effect.orDie
+  )
 
 const submitOne = (provider: string, key = crypto.randomUUID()) =>
   Effect.gen(function*() {
@@ -58,8 +69,8 @@ describe("provider clients against the simulator", () => {
           const { client, providerTaskId } = yield* submitOne(provider)
           const first = yield* client.query(providerTaskId, "sim-video")
           expect(["queued", "running"]).toContain(first.status)
-          yield* Effect.sleep(Duration.millis(700))
-          const last = yield* client.query(providerTaskId, "sim-video")
+          // wait for the job to finish (600 ms of simulated work), not for a fixed time
+          const last = yield* finished(client, providerTaskId)
           expect([provider, last.status]).toEqual([provider, "succeeded"])
           expect(last.providerTaskId).toBe(providerTaskId)
         }
@@ -70,8 +81,7 @@ describe("provider clients against the simulator", () => {
         const simulator = yield* Sim
         yield* simulator.setFaults({ jobDurationMs: 300, outcomes: { succeeded: 0, failed: 1, canceled: 0 } })
         const { client, providerTaskId } = yield* submitOne("replicate")
-        yield* Effect.sleep(Duration.millis(400))
-        expect((yield* client.query(providerTaskId, "sim-video")).status).toBe("failed")
+        expect((yield* finished(client, providerTaskId)).status).toBe("failed")
         yield* simulator.setFaults({ jobDurationMs: 5000, outcomes: { succeeded: 1, failed: 0, canceled: 0 } })
         const running = yield* submitOne("runway")
         yield* running.client.cancel(running.providerTaskId, "sim-video")
