@@ -1,13 +1,13 @@
 import { defineConfig } from "vitest/config"
+import { shared } from "./vitest.shared.js"
 
+// `npx vitest run <files>` without -c: both tiers' files (not the process tests), under the integration tier's
+// settings. `npm test` runs the tiers one after the other with their own configs.
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
-    exclude: ["test/isolated/**", "**/node_modules/**"],
-    testTimeout: 60_000,
-    hookTimeout: 60_000,
-    // cluster tests hold advisory locks and runner ports: isolate files in their own processes
-    globalSetup: ["test/support/globalSetup.ts"],
+    ...shared({ test: 60_000, hook: 60_000 }),
+    include: ["test/unit/**/*.test.ts", "test/integration/**/*.test.ts"],
+    exclude: ["test/integration/processes/**", "**/node_modules/**"],
     pool: "forks",
     fileParallelism: true,
     maxWorkers: 2

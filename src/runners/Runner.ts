@@ -1,5 +1,5 @@
 import { FetchHttpClient, HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
-import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import { NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
 import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
 import { ReconcilersLive } from "../entities/Reconcilers.js"
@@ -66,12 +66,6 @@ export const layerLifecycle = TaskLifecycle.Default.pipe(
 )
 
 /**
- * Entities that only apply the observations and commands sent to them, with no lifecycle of their own: for
- * measuring or testing the entity in isolation (bench:transitions, the entity and intake tests).
- */
-export const layerLifecycleDisabled = Layer.succeed(TaskLifecycle, TaskLifecycle.make({ drive: () => Effect.void }))
-
-/**
  * A cluster runner hosting GenerationTask entities (each with its lifecycle), the clients that talk to them, the
  * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay, event retention) and the notification
  * dispatcher.
@@ -131,18 +125,6 @@ export const layerHttp = (c: RunnerConfig) =>
       Layer.provide(NodeHttpServer.layer(() => server, { host: c.httpHost, port: c.httpPort }))
     )
   }))
-
-/** The HTTP app on its own server on a free port, with an HttpClient that calls it (tests). */
-export const layerHttpTest = Layer.unwrapEffect(Effect.sync(() => {
-  const { routes, server } = makeServer()
-  return layerHttpApp.pipe(
-    Layer.provide(Layer.succeed(RawRoutes, routes)),
-    Layer.provideMerge(HttpServer.layerTestClient),
-    Layer.provide(NodeHttpClient.layerWithoutAgent),
-    Layer.provide(NodeHttpClient.makeAgentLayer({ keepAlive: false })),
-    Layer.provideMerge(NodeHttpServer.layer(() => server, { port: 0 }))
-  )
-}))
 
 /** One runner process: HTTP API + cluster runner on DATABASE_URL, or on the embedded PGlite when it is unset. */
 export const RunnerLive = Layer.unwrapEffect(Effect.gen(function*() {

@@ -1,15 +1,13 @@
 import { Effect, Layer, Redacted } from "effect"
 import pg from "pg"
 import { layerPostgres } from "../../src/persistence/Database.js"
+import { services } from "./env.js"
 
 /**
  * Tests that need PostgreSQL run whenever DATABASE_URL is set; in CI they must run, so a missing URL fails
- * loudly there instead of passing silently. Locally, without the URL, they are skipped.
+ * loudly there instead of passing silently (env.ts). Locally, without the URL, they are skipped.
  */
-export const databaseUrl: string | undefined = process.env.DATABASE_URL
-if (databaseUrl === undefined && process.env.CI === "true") {
-  throw new Error("CI=true but DATABASE_URL is unset: database tests must not be skipped in CI")
-}
+export const databaseUrl: string | undefined = services.databaseUrl
 export const noDatabase = databaseUrl === undefined
 
 const admin = <A>(f: (client: pg.Client) => Promise<A>) =>

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto"
 import { readdirSync, readFileSync } from "node:fs"
-import { TEST_PROCESS_MARK, TEST_RUN_ID } from "./processes.js"
+import type { TestProject } from "vitest/node"
+import { TEST_PROCESS_MARK } from "./env.js"
 
 /** Processes started by tests (marked in their environment) that are still running. */
 const markedProcesses = (runId: string): Array<number> => {
@@ -20,10 +21,10 @@ const markedProcesses = (runId: string): Array<number> => {
 }
 
 /** After the whole run, even one where a test timed out or a worker died: no runner a test started stays behind. */
-export default () => {
-  // this run's mark, inherited by the test workers (other runs on the machine keep theirs)
+export default (project: TestProject) => {
+  // this run's mark, handed to the test workers (other runs on the machine keep theirs)
   const runId = randomUUID()
-  process.env[TEST_RUN_ID] = runId
+  project.provide("testRunId", runId)
   return () => teardown(runId)
 }
 

@@ -4,6 +4,7 @@ import { TaskClient } from "../../src/entities/TaskClient.js"
 import { TaskAdmission } from "../../src/persistence/TaskAdmission.js"
 import { definitionOf } from "../../src/providers/providers.js"
 import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
+import { scaledDuration } from "./env.js"
 import { uuid } from "./tasks.js"
 
 /** Admits a task for a simulated provider and wakes its entity, as the API does. */
@@ -42,7 +43,7 @@ export const waitForStatus = (ids: ReadonlyArray<string>, wanted: ReadonlyArray<
       return yield* Effect.fail(`${pending.length} not yet ${wanted.join("|")}: ${pending.map((p) => p.status)}`)
     }
     return rows
-  }).pipe(Effect.retry(Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(within))))
+  }).pipe(Effect.retry(Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(scaledDuration(within)))))
 
 /**
  * Every task's ledger: exactly one reserve, and for a terminal task exactly one settlement of the same amount,

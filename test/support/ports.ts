@@ -1,4 +1,5 @@
 import * as net from "node:net"
+import { poolId } from "./env.js"
 
 /**
  * Ports for the servers a test starts. Asking the kernel for port 0 and closing it again hands the same port to two
@@ -11,7 +12,6 @@ const BLOCK = 400
 const FIRST = 20_000
 const BLOCKS = 30 // 20,000–32,000: below Linux's ephemeral range (32,768–60,999)
 
-const poolId = Number(process.env.VITEST_POOL_ID ?? "0")
 const block = poolId % BLOCKS
 let next = FIRST + block * BLOCK
 

@@ -1,4 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process"
+import { inject } from "vitest"
+import { processEnv, scaled, TEST_PROCESS_MARK } from "./env.js"
 
 export interface Proc {
   readonly child: ChildProcess
@@ -6,15 +8,16 @@ export interface Proc {
   readonly exited: Promise<number | null>
 }
 
-/**
- * Every process a test starts carries this mark in its environment. The suite's global teardown
- * (test/support/globalSetup.ts) kills whatever still carries it, so a runner outlives neither a test that timed out
- * nor a worker that was killed.
- */
-export const TEST_PROCESS_MARK = "TCP_TEST_PROCESS"
-/** The run's id, set by the global setup and inherited by the test workers (which do not carry the mark). */
-export const TEST_RUN_ID = "TCP_TEST_RUN_ID"
-const runId = process.env[TEST_RUN_ID] ?? `pid-${process.pid}`
+export { TEST_PROCESS_MARK } from "./env.js"
+
+/** The run's id, made by the global setup and handed to the workers (vitest's provide/inject, not the environment). */
+const runId = (): string => inject("testRunId")
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    testRunId: string
+  }
+}
 
 const children = new Set<ChildProcess>()
 process.once("exit", () => {
@@ -22,12 +25,13 @@ process.once("exit", () => {
 })
 
 /**
- * `npm start`'s program (src/runners/main.ts) as a child process with the given environment; without its embedded
- * provider simulator unless `env` asks for it (several runners would all want its port).
+ * `npm start`'s program (src/runners/main.ts) as a child process with exactly the given settings (plus PATH and
+ * the like, env.ts `processEnv`): no service URL of the test run leaks into it unless the test passes it; without
+ * its embedded provider simulator unless `settings` asks for it (several runners would all want its port).
  */
-export const spawnRunner = (env: NodeJS.ProcessEnv): Proc => {
+export const spawnRunner = (settings: Record<string, string>): Proc => {
   const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
-    env: { EMBEDDED_SIMULATOR: "false", ...env, [TEST_PROCESS_MARK]: runId },
+    env: { EMBEDDED_SIMULATOR: "false", ...processEnv(settings), [TEST_PROCESS_MARK]: runId() },
     stdio: "pipe"
   })
   children.add(child)
@@ -44,7 +48,8 @@ export const spawnRunner = (env: NodeJS.ProcessEnv): Proc => {
 }
 
 /** Waits until the runner answers HTTP on `port`; each try has its own deadline (a port may accept and stay silent). */
-export const waitForHttp = async (port: number, proc: Proc, timeoutMs = 120_000) => {
+export const waitForHttp = async (port: number, proc: Proc, within = 120_000) => {
+  const timeoutMs = scaled(within)
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline) {
     if (proc.child.exitCode !== null) throw new Error(`runner exited early:\n${proc.output()}`)
@@ -59,5 +64,9 @@ export const waitForHttp = async (port: number, proc: Proc, timeoutMs = 120_000)
   throw new Error(`runner did not answer HTTP on ${port} within ${timeoutMs} ms:\n${proc.output()}`)
 }
 
+/** Fails after `ms` (scaled by TEST_TIME_FACTOR) unless `p` settled first. */
 export const withTimeout = <A>(p: Promise<A>, ms: number, what: string) =>
-  Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), ms))])
+  Promise.race([
+    p,
+    new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), scaled(ms)).unref())
+  ])

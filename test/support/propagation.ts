@@ -5,6 +5,7 @@ import { TaskClient } from "../../src/entities/TaskClient.js"
 import type { TaskAdmission } from "../../src/persistence/TaskAdmission.js"
 import { LiveTaskEvent } from "../../src/schema/events.js"
 import type { AttemptId, TaskId } from "../../src/schema/ids.js"
+import { scaledDuration } from "./env.js"
 import { admitTask, observation } from "./tasks.js"
 
 export type RunnerServices = SqlClient.SqlClient | TaskClient | TaskAdmission
@@ -26,7 +27,7 @@ export const listen = (bus: Context.Tag.Service<typeof NotificationBus>, project
 
 export const until = (what: string, check: () => boolean, within = Duration.seconds(30)) =>
   Effect.suspend(() => (check() ? Effect.void : Effect.fail(what))).pipe(
-    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(within)))
+    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(within))))
   )
 
 /** Admits a task and moves it through three more versions; returns its id. */

@@ -1,24 +1,12 @@
-import { NodeHttpServer } from "@effect/platform-node"
-import { Context, Effect, Layer } from "effect"
-import { createServer } from "node:http"
+import { Effect, Layer } from "effect"
 import { layerHttp } from "../../src/runners/Runner.js"
-import { devSecret } from "../../src/simulator/devSecrets.js"
-import { serveSimulator } from "../../src/simulator/Simulator.js"
+import { layerTestSimulator } from "../../src/testing/Simulator.js"
 import { runnerConfig } from "./runner.js"
 
-/** The provider simulator a test file serves, as a service (fault knobs, counts, jobs). */
-export class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
+export { Sim } from "../../src/testing/Simulator.js"
 
-/** The simulator on `simPort`, signing with the development secrets, OpenAI callbacks to `platform`. */
-export const layerSim = (simPort: number, platform: string | null) =>
-  Layer.scoped(
-    Sim,
-    serveSimulator({
-      openaiSecret: devSecret("openai"),
-      replicateSecret: devSecret("replicate"),
-      openaiWebhookUrl: platform === null ? null : `${platform}/webhooks/openai`
-    })
-  ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })))
+/** The simulator on `simPort`, signing with the development secrets, OpenAI callbacks to `platform` (the kit's). */
+export const layerSim = layerTestSimulator
 
 /** The runner's HTTP API and webhook gateway on `httpPort`. */
 export const layerRunnerHttp = (httpPort: number) =>

@@ -10,16 +10,14 @@ import * as Redis from "../../src/redis/Redis.js"
 import type { ProjectId, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
 import type { Stage, TaskStatus } from "../../src/schema/task.js"
 import { layerTestDatabase } from "./database.js"
-import { layerTestRunner, quietLogs } from "./runner.js"
+import { services } from "./env.js"
+import { layerTestRunner, quietLogs, withSettings } from "./runner.js"
 import { layerRunnerHttp } from "./simulator.js"
 import { admitTask } from "./tasks.js"
 import { startTcpProxy } from "./tcpProxy.js"
 
-/** Like DATABASE_URL: without REDIS_URL the gateway tests are skipped locally, and must not be in CI. */
-export const redisUrl = process.env.REDIS_URL
-if (redisUrl === undefined && process.env.CI === "true") {
-  throw new Error("CI=true but REDIS_URL is unset: the event stream tests must not be skipped in CI")
-}
+/** Like DATABASE_URL: without REDIS_URL the gateway tests are skipped locally, and must not be in CI (env.ts). */
+export const redisUrl = services.redisUrl
 
 /** A TCP proxy in front of Redis, so a test can cut the bus off (a Redis outage) without stopping Redis. */
 export class RedisProxy extends Context.Tag("RedisProxy")<RedisProxy, Awaited<ReturnType<typeof startTcpProxy>>>() {}
@@ -39,7 +37,7 @@ const layerRedisProxy = Layer.scoped(
  * A runner with its HTTP server on `httpPort`, propagation on the in-process queue and the real Redis bus (through
  * the proxy, under a key prefix of its own), on a fresh database.
  */
-export const layerStreamRunner = (httpPort: number) => {
+export const layerStreamRunner = (httpPort: number, settings: Readonly<Record<string, string>> = {}) => {
   const prefix = `test-${crypto.randomUUID().slice(0, 8)}:`
   const bus = Bus.layerRedis.pipe(
     Layer.provide(
@@ -51,7 +49,8 @@ export const layerStreamRunner = (httpPort: number) => {
   return layerRunnerHttp(httpPort).pipe(
     Layer.provideMerge(layerTestRunner(layerTestDatabase(16), { propagation: layerPropagationWith(queueMemory, bus) })),
     Layer.provideMerge(layerRedisProxy),
-    Layer.provide(quietLogs)
+    Layer.provide(quietLogs),
+    Layer.provide(withSettings(settings))
   )
 }
 

@@ -2,6 +2,7 @@ import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Schedule } from "effect"
 import { Webhook } from "standardwebhooks"
+import { scaledDuration } from "./env.js"
 import { admitTask, uuid } from "./tasks.js"
 
 /** Helpers for tests that post provider webhooks to a runner's gateway. */
@@ -54,7 +55,7 @@ export const submittedTask = (provider: string, providerTaskId: string) =>
 export const eventually = <A>(effect: Effect.Effect<A, unknown, SqlClient.SqlClient>, predicate: (a: A) => boolean) =>
   effect.pipe(
     Effect.filterOrFail(predicate, () => "not yet"),
-    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(15)))),
+    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(15))))),
     Effect.orDie
   )
 

@@ -1,0 +1,33 @@
+import { NodeHttpServer } from "@effect/platform-node"
+import { Context, type Effect, Layer } from "effect"
+import { createServer } from "node:http"
+import { devSecret } from "../simulator/devSecrets.js"
+import { SIMULATED_PROVIDERS, simulatorEnv } from "../simulator/embedded.js"
+import { serveSimulator } from "../simulator/Simulator.js"
+
+/** The provider simulator a test serves, as a service: its fault knobs, job counts and jobs. */
+export class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
+
+/**
+ * The provider simulator (OpenAI, Replicate, fal, Runway, Luma, Veo) on `port`, signing its webhooks with the
+ * development secrets and sending OpenAI's to `platformUrl` (the runner's HTTP server; null: no webhooks).
+ */
+export const layerTestSimulator = (port: number, platformUrl: string | null) =>
+  Layer.scoped(
+    Sim,
+    serveSimulator({
+      openaiSecret: devSecret("openai"),
+      replicateSecret: devSecret("replicate"),
+      openaiWebhookUrl: platformUrl === null ? null : `${platformUrl}/webhooks/openai`
+    })
+  ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port })))
+
+/**
+ * The runner's settings that point `providers` (all simulated ones by default) at the simulator on `simPort` and
+ * let its webhooks in: pass them as `layerTestRunner({ settings })`.
+ */
+export const simulatorSettings = (
+  simPort: number,
+  platformUrl: string,
+  providers: ReadonlyArray<string> = SIMULATED_PROVIDERS
+): Record<string, string> => simulatorEnv(platformUrl, `http://127.0.0.1:${simPort}`, providers)

@@ -1,0 +1,81 @@
+import { Effect } from "effect"
+import { TaskAdmission } from "../persistence/TaskAdmission.js"
+import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
+import { type NormalizedStatus, ProviderObservation } from "../schema/observation.js"
+import type { Stage } from "../schema/task.js"
+
+export const uuid = () => crypto.randomUUID()
+
+export interface TaskOptions {
+  readonly tenantId?: string
+  readonly projectId?: string
+  readonly userId?: string
+  /** The provider the task's first attempt goes to ("simulator" by default: no provider is called). */
+  readonly provider?: string
+  readonly model?: string
+  readonly request?: Record<string, unknown>
+  readonly reserveAmount?: number
+}
+
+/**
+ * Admits a task through the real admission transaction (task row, first attempt, credit reserve, created event,
+ * outbox row), as the API does; returns its id, first attempt id and snapshot. Every id defaults to a fresh one.
+ */
+export const admitTask = (options: TaskOptions = {}) =>
+  Effect.gen(function*() {
+    const admission = yield* TaskAdmission
+    const { task } = yield* admission.admit({
+      tenantId: (options.tenantId ?? "00000000-0000-4000-8000-00000000000e") as TenantId,
+      projectId: (options.projectId ?? uuid()) as ProjectId,
+      userId: (options.userId ?? uuid()) as UserId,
+      idempotencyKey: uuid(),
+      requestHash: "h",
+      request: options.request ?? {},
+      provider: (options.provider ?? "simulator") as ProviderName,
+      model: options.model ?? "sim-1",
+      reserveAmount: options.reserveAmount ?? 5,
+      traceId: "trace"
+    })
+    return { taskId: task.id as TaskId, attemptId: task.currentAttemptId as AttemptId, task }
+  }).pipe(Effect.orDie)
+
+let counter = 0
+
+export interface ObservationOptions {
+  readonly stage?: Stage
+  readonly progress?: number
+  /** The provider's own sequence number, when it sends one (a lower one than already seen is ignored). */
+  readonly seq?: number
+  /** The provider's event id: the same id twice is one event (deduplicated); a fresh one by default. */
+  readonly eventId?: string
+  readonly provider?: string
+  readonly receivedAt?: Date
+}
+
+/**
+ * What a provider said about an attempt (a webhook or a poll), as the intake hands it to the task entity. A failed
+ * one carries a provider error; a succeeded one an output URL.
+ */
+export const observation = (attemptId: AttemptId, status: NormalizedStatus, options: ObservationOptions = {}) => {
+  const id = options.eventId ?? `evt-${++counter}-${uuid()}`
+  return new ProviderObservation({
+    provider: (options.provider ?? "simulator") as ProviderName,
+    providerEventId: id,
+    dedupKey: id,
+    providerTaskId: `job-${attemptId}`,
+    clientRequestId: null,
+    attemptId,
+    providerSequence: options.seq ?? null,
+    providerOccurredAt: null,
+    receivedAt: options.receivedAt ?? new Date(),
+    status,
+    stage: options.stage ?? null,
+    progress: options.progress ?? null,
+    errorClass: status === "failed" ? "provider_failed" : null,
+    errorCode: status === "failed" ? "RAW_PROVIDER_ERROR" : null,
+    outputRefs: status === "succeeded" ? ["https://provider.example/out.mp4?token=secret"] : [],
+    source: "webhook",
+    payloadHash: id,
+    traceId: "trace"
+  })
+}

@@ -1,0 +1,61 @@
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Exit, Layer, Option } from "effect"
+import { makeChange } from "../../src/domain/transition.js"
+import { TaskStore } from "../../src/persistence/TaskStore.js"
+import { layerStores } from "../../src/runners/Runner.js"
+import { AttemptSnapshot, trusted } from "../../src/schema/task.js"
+import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaled } from "../support/env.js"
+import { withSettings } from "../support/runner.js"
+import { admitTask, uuid } from "../support/tasks.js"
+
+describe.skipIf(noDatabase)("group commit", () => {
+  // one commit worker: concurrent commits must share batches, so the batch path is what this file exercises
+  it.layer(layerStores(layerTestDatabase()).pipe(Layer.provide(withSettings({ COMMIT_PARALLELISM: "1" }))), {
+    timeout: scaled(60_000)
+  })((it) => {
+    it.effect("a change that violates a constraint fails alone; its batch-mates commit", () =>
+      Effect.gen(function*() {
+        const store = yield* TaskStore
+        const sql = yield* SqlClient.SqlClient
+        const projectId = uuid()
+        const tasks = yield* Effect.forEach(Array.from({ length: 12 }), () => admitTask({ projectId }))
+        const duplicateJob = `job-${uuid()}`
+        const states = yield* Effect.forEach(tasks, ({ taskId }) => Effect.map(store.load(taskId), Option.getOrThrow))
+        const exits = yield* Effect.forEach(states, (state, i) =>
+          Effect.gen(function*() {
+            // two tasks claim the same provider job: UNIQUE (provider, provider_task_id) lets only one win
+            const attempt = new AttemptSnapshot({
+              ...state.attempt!,
+              submitState: "SUBMITTED",
+              providerTaskId: i < 2 ? duplicateJob : `job-${state.task.id}`
+            }, trusted)
+            const change = makeChange(
+              state.task,
+              attempt,
+              {
+                status: "submitted",
+                stage: "provider_queued",
+                progress: null,
+                errorCode: null
+              },
+              new Date(),
+              { source: "poll", traceId: "t" }
+            )
+            return yield* store.commit(state.task, change)
+          }).pipe(Effect.exit), { concurrency: "unbounded" })
+
+        const failed = exits.filter(Exit.isFailure)
+        expect(failed).toHaveLength(1)
+        expect(exits.filter((e) => Exit.isSuccess(e) && e.value._tag === "Committed")).toHaveLength(11)
+        const [{ n }] = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM task_events WHERE project_id = ${projectId} AND task_version = 2`
+        expect(n).toBe(11)
+        // the stream stays gap-free: the failed change took no cursor
+        const seqs = yield* sql<{ cursor_seq: number }>`
+          SELECT cursor_seq FROM task_events WHERE project_id = ${projectId} ORDER BY cursor_seq`
+        expect(seqs.map((r) => r.cursor_seq)).toEqual(Array.from({ length: seqs.length }, (_, i) => i + 1))
+      }))
+  })
+})

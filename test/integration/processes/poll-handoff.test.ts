@@ -1,0 +1,138 @@
+import { FetchHttpClient } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { afterAll, describe, expect, layer } from "@effect/vitest"
+import { Context, Duration, Effect, Layer, Redacted, Schedule } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { layerPostgres } from "../../../src/persistence/Database.js"
+import { layerStores } from "../../../src/runners/Runner.js"
+import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
+import { scaled, services } from "../../support/env.js"
+import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
+import { freePort, quietLogs } from "../../support/runner.js"
+import { layerSim, Sim } from "../../support/simulator.js"
+import { admitTask } from "../../support/tasks.js"
+
+const suffix = crypto.randomUUID().slice(0, 8)
+
+const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
+  Effect.all([freePort, freePort, freePort, freePort, freePort])
+)
+const sim = `http://127.0.0.1:${simPort}`
+const objects = fs.mkdtempSync(path.join(os.tmpdir(), "poll-handoff-objects-"))
+afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
+
+class DbUrl extends Context.Tag("DbUrl")<DbUrl, string>() {}
+
+const DbUrlLive = Layer.scoped(DbUrl, Effect.map(makeTestDatabaseUrl, ({ url }) => url))
+const StoresLive = Layer.unwrapEffect(
+  Effect.map(
+    DbUrl,
+    (url) => layerStores(layerPostgres({ url: Redacted.make(url), maxConnections: 4, applicationName: "test" }))
+  )
+)
+const SimLive = layerSim(simPort, null)
+
+const TestLayer = Layer.mergeAll(SimLive, StoresLive.pipe(Layer.provideMerge(DbUrlLive))).pipe(
+  Layer.provide(FetchHttpClient.layer),
+  Layer.provide(quietLogs)
+)
+
+/** A runner process polling Runway (polling only) on the simulator, with a 4 s poll lease. */
+const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
+  spawnRunner({
+    DATABASE_URL: databaseUrl,
+    // quotas shared in Redis when the run has it, as before (the runner inherited the run's environment)
+    ...(services.redisUrl === undefined ? {} : { REDIS_URL: services.redisUrl, REDIS_KEY_PREFIX: `test-${suffix}:` }),
+    HTTP_PORT: String(httpPort),
+    RUNNER_PORT: String(runnerPort),
+    RUNWAY_BASE_URL: `${sim}/runway`,
+    RUNWAY_LOOKUP: "true",
+    POLL_INTERVAL_SCALE: "0.05",
+    OBJECT_STORE_DIR: objects,
+    POLL_LEASE: "4 seconds",
+    // propagation in process: this test is about polling, and the broker may be restarted by another test
+    ROCKETMQ_ENDPOINTS: "",
+    PROVIDER_TIMEOUT: "10 seconds",
+    SWEEP_INTERVAL: "1 second",
+    SWEEP_GRACE: "2 seconds",
+    LOG_LEVEL: "WARN"
+  })
+
+const attemptRow = (attemptId: string) =>
+  Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      sql<{ poll_lease_until: Date | null; last_polled_at: Date | null; status: string }>`
+      SELECT a.poll_lease_until, a.last_polled_at, t.status FROM task_attempts a
+      JOIN generation_tasks t ON t.id = a.task_id WHERE a.id = ${attemptId}`
+  ).pipe(
+    Effect.map((rows) => rows[0]!),
+    Effect.orDie
+  )
+
+describe.skipIf(noDatabase)("a runner killed mid-poll", () => {
+  layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
+    it.effect("another runner resumes polling the task once the poll lease expires; one submission", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        const url = yield* DbUrl
+        yield* simulator.setFaults({ jobDurationMs: 4000 })
+        const task = yield* admitTask({ provider: "runway" })
+        const a = runner(url, httpA, runnerA)
+        yield* Effect.promise(() => waitForHttp(httpA, a))
+
+        // the sweeper of runner A wakes the admitted task: it submits and polls; then every query hangs
+        yield* Effect.flatMap(
+          attemptRow(task.attemptId),
+          (r) => r.last_polled_at === null ? Effect.fail("not polled yet") : Effect.void
+        ).pipe(
+          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(30))))
+        )
+        yield* simulator.setFaults({ slowMs: 60_000 })
+        const held = yield* Effect.flatMap(
+          attemptRow(task.attemptId),
+          (r) => r.poll_lease_until === null ? Effect.fail("no poll in flight") : Effect.succeed(r)
+        ).pipe(
+          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(20))))
+        )
+        a.child.kill("SIGKILL")
+        yield* Effect.promise(() => withTimeout(a.exited, 10_000, "kill -9"))
+        const killedAt = Date.now()
+        yield* simulator.setFaults({ slowMs: 0 })
+
+        const b = runner(url, httpB, runnerB)
+        try {
+          yield* Effect.promise(() => waitForHttp(httpB, b))
+          const resumed = yield* Effect.flatMap(
+            attemptRow(task.attemptId),
+            (r) =>
+              r.last_polled_at !== null && r.last_polled_at > held.last_polled_at!
+                ? Effect.succeed(r)
+                : Effect.fail("not polled again yet")
+          ).pipe(
+            Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(40))))
+          )
+          // the dead runner's lease was honored: the next poll came after it expired, not before
+          expect(resumed.last_polled_at!.getTime()).toBeGreaterThanOrEqual(held.poll_lease_until!.getTime())
+          yield* Effect.logWarning(
+            `poll resumed ${resumed.last_polled_at!.getTime() - killedAt} ms after kill -9 ` +
+              `(lease expired ${held.poll_lease_until!.getTime() - killedAt} ms after it)`
+          )
+          yield* Effect.flatMap(
+            attemptRow(task.attemptId),
+            (r) => r.status === "ready" ? Effect.void : Effect.fail(r.status)
+          ).pipe(
+            Effect.retry(Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(Duration.seconds(30))))
+          )
+          const keys = simulator.jobs().map((j) => j.clientKey)
+          expect(keys.length).toBe(1)
+          expect(simulator.submissions(keys[0]!)).toBe(1)
+        } finally {
+          b.child.kill("SIGTERM")
+          yield* Effect.promise(() => withTimeout(b.exited, 20_000, "runner B shutdown")).pipe(Effect.ignore)
+        }
+      }))
+  })
+})

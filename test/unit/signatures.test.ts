@@ -1,0 +1,127 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Either } from "effect"
+import { generateKeyPairSync, sign } from "node:crypto"
+import { Webhook } from "standardwebhooks"
+import {
+  callbackToken,
+  type Ed25519Jwk,
+  falSigningString,
+  verifyCallbackToken,
+  verifyFalWebhook,
+  verifyStandardWebhook
+} from "../../src/providers/signatures.js"
+
+const vector = {
+  secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+  id: "msg_p5jXN8AQM9LWM0D4loKWxJek",
+  timestamp: "1614265330",
+  body: "{\"test\": 2432232314}",
+  signature: "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+}
+const at = (seconds: number) => new Date(seconds * 1000)
+const bytes = (s: string) => new TextEncoder().encode(s)
+
+describe("Standard Webhooks", () => {
+  const check = (headers: Record<string, string>, body = vector.body, now = at(1614265330), secrets = [
+    { version: "current", secret: vector.secret }
+  ]) => verifyStandardWebhook({ secrets, headers, body: bytes(body), now, toleranceSeconds: 300 })
+  const headers = (signature = vector.signature, ts = vector.timestamp) => ({
+    "webhook-id": vector.id,
+    "webhook-timestamp": ts,
+    "webhook-signature": signature
+  })
+
+  it("accepts the specification's test vector", () => {
+    expect(check(headers())).toEqual(
+      Either.right({ keyVersion: "current", eventId: vector.id, timestamp: at(1614265330) })
+    )
+  })
+
+  it("accepts any of several space-separated signatures, and the previous key during rotation", () => {
+    expect(Either.isRight(check(headers(`v1,Zm9vYmFy ${vector.signature}`)))).toBe(true)
+    const rotated = check(headers(), vector.body, at(1614265330), [
+      { version: "current", secret: "whsec_" + Buffer.from("another-secret-of-enough-length!").toString("base64") },
+      { version: "previous", secret: vector.secret }
+    ])
+    expect(Either.getOrThrow(rotated).keyVersion).toBe("previous")
+  })
+
+  it("refuses a changed body, a forged signature, missing headers and a stale timestamp", () => {
+    expect(check(headers(), "{\"test\": 2432232315}")).toEqual(Either.left("bad_signature"))
+    expect(check(headers("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE"))).toEqual(Either.left("bad_signature"))
+    expect(check({ "webhook-id": vector.id })).toEqual(Either.left("missing_headers"))
+    expect(check(headers(), vector.body, at(1614265330 + 301))).toEqual(Either.left("stale_timestamp"))
+    expect(check(headers(), vector.body, at(1614265330 - 301))).toEqual(Either.left("stale_timestamp"))
+  })
+
+  it("verifies on the raw bytes: the same JSON re-serialized does not verify", () => {
+    const reserialized = JSON.stringify(JSON.parse(vector.body))
+    expect(check(headers(), reserialized)).toEqual(Either.left("bad_signature"))
+  })
+
+  it("agrees with the library's own verify for a message it signs", () => {
+    const wh = new Webhook(vector.secret)
+    const now = new Date()
+    const signature = wh.sign("msg_1", now, "{\"a\":1}")
+    const ts = String(Math.floor(now.getTime() / 1000))
+    const ok = verifyStandardWebhook({
+      secrets: [{ version: "current", secret: vector.secret }],
+      headers: { "webhook-id": "msg_1", "webhook-timestamp": ts, "webhook-signature": signature },
+      body: bytes("{\"a\":1}"),
+      now,
+      toleranceSeconds: 300
+    })
+    expect(Either.isRight(ok)).toBe(true)
+  })
+})
+
+describe("fal.ai Ed25519 webhooks", () => {
+  const { privateKey, publicKey } = generateKeyPairSync("ed25519")
+  const jwk = { ...publicKey.export({ format: "jwk" }), kid: "k1" } as Ed25519Jwk
+  const other = generateKeyPairSync("ed25519").publicKey.export({ format: "jwk" }) as Ed25519Jwk
+  const body = bytes("{\"request_id\":\"req-1\",\"status\":\"OK\",\"payload\":{}}")
+  const now = new Date()
+  const ts = String(Math.floor(now.getTime() / 1000))
+  const signature = sign(null, Buffer.from(falSigningString("req-1", "user-1", ts, body)), privateKey).toString("hex")
+  const headers = (sig = signature, timestamp = ts) => ({
+    "x-fal-webhook-request-id": "req-1",
+    "x-fal-webhook-user-id": "user-1",
+    "x-fal-webhook-timestamp": timestamp,
+    "x-fal-webhook-signature": sig
+  })
+  const check = (h: Record<string, string>, keys: ReadonlyArray<Ed25519Jwk> = [other, jwk], b = body) =>
+    verifyFalWebhook({ keys, userId: "user-1", headers: h, body: b, now, toleranceSeconds: 300 })
+
+  it("accepts a signature by any key of the JWKS and records which", () => {
+    expect(Either.getOrThrow(check(headers())).keyVersion).toBe("k1")
+  })
+
+  it("refuses another key, a changed body, a bad signature and a stale timestamp", () => {
+    expect(check(headers(), [other])).toEqual(Either.left("bad_signature"))
+    expect(check(headers(), [jwk], bytes("{}"))).toEqual(Either.left("bad_signature"))
+    expect(check(headers("00".repeat(64)))).toEqual(Either.left("bad_signature"))
+    expect(check(headers(signature, String(Number(ts) - 1000)))).toEqual(Either.left("stale_timestamp"))
+    expect(check({})).toEqual(Either.left("missing_headers"))
+  })
+
+  it("refuses a webhook signed for another fal account (fal signs every account's webhooks with one key set)", () => {
+    const otherUser = sign(null, Buffer.from(falSigningString("req-1", "user-2", ts, body)), privateKey).toString("hex")
+    expect(check({ ...headers(otherUser), "x-fal-webhook-user-id": "user-2" })).toEqual(Either.left("bad_signature"))
+  })
+})
+
+describe("per-attempt callback tokens (Luma, Kling)", () => {
+  const secrets = [{ version: "current", secret: "s1" }, { version: "previous", secret: "s0" }]
+  it("accepts the attempt's token under the current or previous secret, nothing else", () => {
+    const attemptId = crypto.randomUUID()
+    const ok = (token: string | null, attempt: string | null = attemptId) =>
+      verifyCallbackToken({ secrets, provider: "luma", attemptId: attempt, token })
+    expect(Either.getOrThrow(ok(callbackToken("s1", "luma", attemptId))).keyVersion).toBe("current")
+    expect(Either.getOrThrow(ok(callbackToken("s0", "luma", attemptId))).keyVersion).toBe("previous")
+    expect(ok(callbackToken("s1", "luma", crypto.randomUUID()))).toEqual(Either.left("bad_signature"))
+    expect(ok(callbackToken("s1", "luma", attemptId), crypto.randomUUID())).toEqual(Either.left("bad_signature"))
+    expect(ok(null)).toEqual(Either.left("missing_headers"))
+    // a token for the same attempt under another provider does not pass
+    expect(ok(callbackToken("s1", "kling", attemptId))).toEqual(Either.left("bad_signature"))
+  })
+})
