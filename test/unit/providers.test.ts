@@ -18,11 +18,11 @@ import { replicateRoute } from "../../src/providers/replicate.js"
 import { runwayDuration } from "../../src/providers/runway.js"
 import { veoDuration } from "../../src/providers/veo.js"
 import { serveSimulator } from "../../src/simulator/Simulator.js"
-import { freePort, quietLogs } from "../support/runner.js"
+import { freePort, quietLogs, withSettings } from "../support/runner.js"
 
 const simPort = await Effect.runPromise(freePort)
 const sim = `http://127.0.0.1:${simPort}`
-Object.assign(process.env, {
+const settings = withSettings({
   PROVIDER_TIMEOUT: "2 seconds",
   VEO_PROJECT: "sim-project",
   ...Object.fromEntries(providers.map((p) => [`${p.name.toUpperCase()}_BASE_URL`, `${sim}/${p.name}`]))
@@ -40,7 +40,7 @@ const TestLayer = Layer.mergeAll(
     })
   ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort }))),
   ProviderClients.Default
-).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs))
+).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs), Layer.provide(settings))
 
 const right = <A>(e: Either.Either<A, string>) => Either.getOrUndefined(e)
 
