@@ -1,6 +1,7 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Effect, Option, Redacted } from "effect"
-import { LookupUnsupported, type ProviderClient } from "./ProviderDefinition.js"
+import { LookupUnsupported } from "./errors.js"
+import { type ProviderClient } from "./ProviderDefinition.js"
 import { providers } from "./providers.js"
 import { CallbackTokenSettings, ProviderSettings } from "./ProviderSettings.js"
 import { callbackToken } from "./signatures.js"

@@ -1,30 +1,10 @@
 import type { HttpClient, HttpClientRequest } from "@effect/platform"
-import { Config, Data, type Duration, type Effect, type Either, type Option } from "effect"
+import { Config, type Effect, type Either, type Option } from "effect"
 import type { Setting } from "../config/Settings.js"
+import type { LookupUnsupported, ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
 import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
 import type { SignatureRejection, Verified, VersionedSecret } from "./signatures.js"
 import type { Transport } from "./transport.js"
-
-/** The provider definitely did not accept the job: safe to retry within a budget, maybe elsewhere. */
-export class SubmitRejected extends Data.TaggedError("SubmitRejected")<{
-  readonly code: string
-  readonly detail?: string
-}> {}
-/** The request may have reached the provider (timeout, reset, 5xx): SUBMIT_UNKNOWN, never re-submit blindly. */
-export class SubmitUnknown extends Data.TaggedError("SubmitUnknown")<{ readonly reason: string }> {}
-
-/** This provider offers no lookup by our idempotency key: an unknown submit waits for a callback or a human. */
-export class LookupUnsupported extends Data.TaggedError("LookupUnsupported")<{ readonly provider: string }> {}
-
-/**
- * A failed query or cancel, classified per seed 12.8.4. Never a reason to re-submit. Structurally the domain's
- * `PollFailure` (kind + retryAfter), so the poll policy needs no import from here.
- */
-export class ProviderCallFailed extends Data.TaggedError("ProviderCallFailed")<{
-  readonly kind: "rate_limited" | "server" | "network" | "not_found" | "auth" | "malformed"
-  readonly retryAfter: Option.Option<Duration.Duration>
-  readonly detail: string
-}> {}
 
 export type Resolution = "480p" | "720p" | "1080p"
 

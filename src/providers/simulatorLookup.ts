@@ -1,5 +1,5 @@
 import { Effect, Option, Schema } from "effect"
-import { ProviderCallFailed } from "./ProviderDefinition.js"
+import { ProviderCallFailed } from "./errors.js"
 import type { Transport } from "./transport.js"
 
 const LookupAnswer = Schema.Struct({ provider_task_id: Schema.String })

@@ -1,6 +1,6 @@
 import { HttpBody, type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Duration, Effect, Either, Option, Schema } from "effect"
-import { ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./ProviderDefinition.js"
+import { ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
 
 type Method = "GET" | "POST" | "PUT" | "DELETE"
 

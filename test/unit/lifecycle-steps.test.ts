@@ -4,7 +4,7 @@ import * as Steps from "../../src/domain/lifecycleSteps.js"
 import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "../../src/domain/pollPolicy.js"
 import { changeIsAllowed, type Outcome } from "../../src/domain/transition.js"
 import { OutputWork } from "../../src/output/OutputWork.js"
-import { ProviderCallFailed } from "../../src/providers/ProviderDefinition.js"
+import { ProviderCallFailed } from "../../src/providers/errors.js"
 import { advance, advanceToNextPoll, advanceToRetry } from "../../src/testing/Clock.js"
 import { ids, makeAttempt, makeTask, t0 } from "../support/fixtures.js"
 
