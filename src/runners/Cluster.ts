@@ -9,7 +9,8 @@ import {
 } from "@effect/cluster"
 import { NodeClusterSocket } from "@effect/platform-node"
 import { RpcSerialization } from "@effect/rpc"
-import { Layer, Option } from "effect"
+import { Duration, Effect, Layer, Option, Schedule } from "effect"
+import { backoffSchedule } from "../domain/backoff.js"
 import type { RunnerConfig } from "./RunnerConfig.js"
 
 /**
@@ -28,8 +29,8 @@ export const layerCluster = (c: RunnerConfig) =>
       Layer.provide(Runners.layerRpc),
       Layer.provide(NodeClusterSocket.layerClientProtocol)
     )),
-    Layer.provideMerge(Layer.orDie(SqlMessageStorage.layer)),
-    Layer.provide(Layer.orDie(SqlRunnerStorage.layer)),
+    Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
+    Layer.provide(clusterTables(SqlRunnerStorage.layer)),
     Layer.provide(ShardingConfig.layer({
       runnerAddress: Option.some(RunnerAddress.make(c.runnerHost, c.runnerPort)),
       shardsPerGroup: c.shardsPerGroup,
@@ -42,4 +43,18 @@ export const layerCluster = (c: RunnerConfig) =>
       simulateRemoteSerialization: c.simulateRemoteSerialization
     })),
     Layer.provide(RpcSerialization.layerMsgPack)
+  )
+
+/**
+ * The cluster's storage creates its tables when it starts. Two runners starting at once on an empty database both
+ * create them, and one loses on PostgreSQL's catalog (`duplicate key … pg_type_typname_nsp_index`, seen in the
+ * two-runner test): it tries again, and finds them made.
+ */
+const clusterTables = <A, E, R>(storage: Layer.Layer<A, E, R>) =>
+  storage.pipe(
+    Layer.tapErrorCause((cause) => Effect.logWarning("cluster storage did not start; trying again", cause)),
+    Layer.retry(
+      backoffSchedule({ base: Duration.millis(200), cap: Duration.seconds(2) }).pipe(Schedule.upTo("30 seconds"))
+    ),
+    Layer.orDie
   )
