@@ -6,7 +6,7 @@ import { ProviderClients } from "../../src/providers/ProviderClients.js"
 import { definitionOf } from "../../src/providers/providers.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
-import { scaled } from "../support/env.js"
+import { scaled, scaledDuration } from "../support/env.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
 import { admitTask } from "../support/tasks.js"
@@ -75,7 +75,9 @@ describe.skipIf(noDatabase)("provider intake end to end with the simulator", () 
           const outcomes = truth()
           const pending = tasks.filter((t) => status.get(t.taskId) !== expected[outcomes.get(t.key)!])
           if (pending.length > 0) return yield* Effect.fail(`${pending.length} tasks not converged`)
-        }).pipe(Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(Duration.seconds(60)))))
+        }).pipe(
+          Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(60)))))
+        )
 
         // one generation per task, and the faults really happened
         for (const t of tasks) expect(simulator.submissions(t.key)).toBe(1)

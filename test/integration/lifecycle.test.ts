@@ -10,7 +10,7 @@ import { TaskClient } from "../../src/entities/TaskClient.js"
 import type { TaskStatus } from "../../src/schema/task.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
-import { scaled } from "../support/env.js"
+import { scaled, scaledDuration } from "../support/env.js"
 import { expectBalanced, ledgers, startTask, statuses, waitForStatus } from "../support/lifecycle.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
@@ -193,7 +193,11 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
         yield* Effect.suspend(() =>
           Date.now() >= job().createdAt + job().durationMs ? Effect.void : Effect.fail("running")
         )
-          .pipe(Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(20)))))
+          .pipe(
+            Effect.retry(
+              Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(20))))
+            )
+          )
         expect(job().outcome).toBe("succeeded")
         const res = yield* (yield* TaskClient).send(t.taskId, (c) => c.Cancel({ traceId: "test" }))
         expect(res.task.status).toBe("cancel_requested")

@@ -7,7 +7,7 @@ import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { layerRocketMQ } from "../../src/queue/RocketMQQueue.js"
 import * as Redis from "../../src/redis/Redis.js"
 import { makeTestDatabaseUrl, noDatabase } from "../support/database.js"
-import { scaled, services } from "../support/env.js"
+import { scaled, scaledDuration, services } from "../support/env.js"
 import { listen, type RunnerServices, taskWithHistory, until, versionsByTask } from "../support/propagation.js"
 import { startScopedRunner } from "../support/runner.js"
 import { uuid } from "../support/tasks.js"
@@ -88,7 +88,9 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
         yield* inA(Effect.flatMap(SqlClient.SqlClient, (sql) =>
           sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_events WHERE published_at IS NULL`.pipe(
             Effect.flatMap(([r]) => (r!.n === 0 ? Effect.void : Effect.fail("not yet"))),
-            Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(20))))
+            Effect.retry(
+              Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(20))))
+            )
           )))
         yield* Effect.sleep(Duration.seconds(2))
         expect(bus.seen.length).toBe(32)

@@ -4,7 +4,7 @@ import { Context, Duration, Effect, Exit, Schedule, Scope } from "effect"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { layerPropagationMemory } from "../../src/propagation/Propagation.js"
 import { makeTestDatabaseUrl, noDatabase } from "../support/database.js"
-import { scaled } from "../support/env.js"
+import { scaled, scaledDuration } from "../support/env.js"
 import { startScopedRunner } from "../support/runner.js"
 import { admitTask, observation } from "../support/tasks.js"
 
@@ -35,7 +35,9 @@ describe.skipIf(noDatabase)("two runners on one PostgreSQL", () => {
           const onB = created.filter((t) => ownsShardOf(b, t.taskId)).length
           const onBoth = created.filter((t) => ownsShardOf(a, t.taskId) && ownsShardOf(b, t.taskId)).length
           return onB > 0 && onB < TASKS && onBoth === 0 ? Effect.void : Effect.fail("not balanced yet")
-        }).pipe(Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(Duration.seconds(30)))))
+        }).pipe(
+          Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(30)))))
+        )
 
         // every task gets a change through the cluster, wherever its entity lives
         yield* onA(Effect.forEach(created, (t, i) =>
@@ -67,7 +69,9 @@ describe.skipIf(noDatabase)("two runners on one PostgreSQL", () => {
             )
             ? Effect.void
             : Effect.fail("A does not own them yet")
-        ).pipe(Effect.retry(Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(Duration.seconds(15)))))
+        ).pipe(
+          Effect.retry(Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(15)))))
+        )
         // and they keep changing on their new owner
         const next = yield* onA(
           Effect.flatMap(TaskClient, (client) =>

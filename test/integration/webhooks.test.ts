@@ -8,7 +8,7 @@ import { layerPostgres } from "../../src/persistence/Database.js"
 import { callbackToken, falSigningString } from "../../src/providers/signatures.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { databaseUrl, makeTestDatabaseUrl, noDatabase } from "../support/database.js"
-import { scaled } from "../support/env.js"
+import { scaled, scaledDuration } from "../support/env.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { admitTask, uuid } from "../support/tasks.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
@@ -271,7 +271,7 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         expect(down.status).toBe(503)
         const retried = yield* post("/webhooks/openai", body, headers).pipe(
           Effect.filterOrFail((r) => r.status === 204, () => "not yet"),
-          Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(Duration.seconds(20)))),
+          Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(20))))),
           Effect.orDie
         )
         expect(retried.status).toBe(204)

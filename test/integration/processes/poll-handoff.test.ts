@@ -8,7 +8,7 @@ import * as path from "node:path"
 import { layerPostgres } from "../../../src/persistence/Database.js"
 import { layerStores } from "../../../src/runners/Runner.js"
 import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
-import { scaled, services } from "../../support/env.js"
+import { scaled, scaledDuration, services } from "../../support/env.js"
 import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
 import { freePort, quietLogs } from "../../support/runner.js"
 import { layerSim, Sim } from "../../support/simulator.js"
@@ -88,14 +88,14 @@ describe.skipIf(noDatabase)("a runner killed mid-poll", () => {
           attemptRow(task.attemptId),
           (r) => r.last_polled_at === null ? Effect.fail("not polled yet") : Effect.void
         ).pipe(
-          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(30))))
+          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(30)))))
         )
         yield* simulator.setFaults({ slowMs: 60_000 })
         const held = yield* Effect.flatMap(
           attemptRow(task.attemptId),
           (r) => r.poll_lease_until === null ? Effect.fail("no poll in flight") : Effect.succeed(r)
         ).pipe(
-          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(20))))
+          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(20)))))
         )
         a.child.kill("SIGKILL")
         yield* Effect.promise(() => withTimeout(a.exited, 10_000, "kill -9"))
@@ -112,7 +112,9 @@ describe.skipIf(noDatabase)("a runner killed mid-poll", () => {
                 ? Effect.succeed(r)
                 : Effect.fail("not polled again yet")
           ).pipe(
-            Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(Duration.seconds(40))))
+            Effect.retry(
+              Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(40))))
+            )
           )
           // the dead runner's lease was honored: the next poll came after it expired, not before
           expect(resumed.last_polled_at!.getTime()).toBeGreaterThanOrEqual(held.poll_lease_until!.getTime())
@@ -124,7 +126,9 @@ describe.skipIf(noDatabase)("a runner killed mid-poll", () => {
             attemptRow(task.attemptId),
             (r) => r.status === "ready" ? Effect.void : Effect.fail(r.status)
           ).pipe(
-            Effect.retry(Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(Duration.seconds(30))))
+            Effect.retry(
+              Schedule.spaced(Duration.millis(200)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(30))))
+            )
           )
           const keys = simulator.jobs().map((j) => j.clientKey)
           expect(keys.length).toBe(1)
