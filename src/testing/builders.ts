@@ -1,5 +1,6 @@
 import { Effect } from "effect"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
+import { definitionOf } from "../providers/providers.js"
 import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import { type NormalizedStatus, ProviderObservation } from "../schema/observation.js"
 import type { Stage } from "../schema/task.js"
@@ -12,6 +13,7 @@ export interface TaskOptions {
   readonly userId?: string
   /** The provider the task's first attempt goes to ("simulator" by default: no provider is called). */
   readonly provider?: string
+  /** By default a model the provider accepts (its definition's example model). */
   readonly model?: string
   readonly request?: Record<string, unknown>
   readonly reserveAmount?: number
@@ -30,9 +32,9 @@ export const admitTask = (options: TaskOptions = {}) =>
       userId: (options.userId ?? uuid()) as UserId,
       idempotencyKey: uuid(),
       requestHash: "h",
-      request: options.request ?? {},
+      request: options.request ?? { prompt: "a test video", duration_seconds: 5 },
       provider: (options.provider ?? "simulator") as ProviderName,
-      model: options.model ?? "sim-1",
+      model: options.model ?? definitionOf(options.provider ?? "simulator")?.exampleModel ?? "sim-1",
       reserveAmount: options.reserveAmount ?? 5,
       traceId: "trace"
     })

@@ -88,7 +88,8 @@ describe.skipIf(noDatabase)("a runner killed mid-poll", () => {
           attemptRow(task.attemptId),
           (r) => r.last_polled_at === null ? Effect.fail("not polled yet") : Effect.void
         ).pipe(
-          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(30)))))
+          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(30))))),
+          Effect.tapError(() => Effect.sync(() => console.error(`runner A:\n${a.output()}`)))
         )
         yield* simulator.setFaults({ slowMs: 60_000 })
         const held = yield* Effect.flatMap(
