@@ -230,12 +230,16 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
         const before = simulator.stats.queries
         yield* simulator.setFaults({ rateMalformed: 0, rate401: 1 })
         yield* Effect.sleep(Duration.millis(2500))
-        // without the breaker each of the 4 tasks would get its own 401 (they poll every 0.25–0.75 s)
-        expect(simulator.stats.queries - before).toBeLessThanOrEqual(2)
+        // without the breaker each of the 4 tasks would get its own 401 (they poll every 0.25–0.75 s): 4 or more.
+        // With it, only the polls already in flight when the first 401 came back (how many depends on timing)
+        expect(simulator.stats.queries - before).toBeLessThan(4)
         yield* simulator.setFaults({ rate401: 0 })
         yield* waitForStatus(ids, ["ready"], Duration.seconds(60))
         expectBalanced(yield* ledgers(ids), expect)
-      }))
+      }).pipe(
+        // whatever happens here, the next test starts from a healthy simulator
+        Effect.ensuring(Effect.flatMap(Sim, (simulator) => simulator.setFaults({ rate401: 0, rateMalformed: 0 })))
+      ))
 
     it.effect("a 429 storm: the measured query rate stays within the provider's quota", () =>
       Effect.gen(function*() {
