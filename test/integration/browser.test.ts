@@ -9,6 +9,7 @@ import { chromium } from "playwright-core"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { isCI, scaled, services } from "../support/env.js"
+import { until } from "../support/propagation.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
 import { uuid } from "../support/tasks.js"
@@ -79,11 +80,13 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
         yield* Effect.promise(() =>
           page.waitForFunction(() => document.querySelectorAll("tr[data-task-id]").length === 3)
         )
-        // mid-way: once a task is running at the provider, drop every connection and refuse new ones for 2 s
+        // mid-way: once a task is running at the provider, drop every connection and refuse new ones until the page
+        // has tried to come back at least once
         yield* waitFor(`tr[data-status="running"], tr[data-status="submitted"]`)
         proxy.pause()
         yield* waitFor(`#connection[data-state="reconnecting"], #connection[data-state="paused"]`, 10_000)
-        yield* Effect.sleep(Duration.seconds(2))
+        const refusedBefore = proxy.refused()
+        yield* until("a refused reconnect", () => proxy.refused() > refusedBefore, Duration.seconds(30))
         proxy.resume()
         yield* waitFor(`#connection[data-state="live"]`, 60_000)
         yield* Effect.promise(() =>

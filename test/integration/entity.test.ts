@@ -1,11 +1,12 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber } from "effect"
+import { Effect, Exit, Fiber, TestServices } from "effect"
 import { layerStores } from "../../src/runners/Runner.js"
 import { isolatedEntityClient } from "../../src/testing/TaskTestClient.js"
-import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { layerTestDatabase, lockWaiters, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
 import { admitTask, observation, uuid } from "../support/tasks.js"
+import { eventually } from "../support/webhooks.js"
 
 /** A client for one task, against a fresh entity instance built by GenerationTaskLive (the kit's). */
 const clientFor = isolatedEntityClient
@@ -110,8 +111,9 @@ describe.skipIf(noDatabase)("GenerationTask entity on PostgreSQL", () => {
           Effect.flip,
           Effect.fork
         )
-        yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 300))) // real time, not TestClock
-        expect(write.unsafePoll()).toBeNull() // the writer waits for the fence decision
+        // the writer waits for the fence decision: blocked on the fence row's lock (waited for in real time)
+        yield* TestServices.provideLive(eventually(lockWaiters, (n) => n > 0))
+        expect(write.unsafePoll()).toBeNull()
         yield* operator.executeRaw("COMMIT", [])
         expect((yield* Fiber.join(write))._tag).toBe("WriteFenced")
         expect((yield* rows(taskId)).events).toHaveLength(1)

@@ -2,12 +2,13 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Cause, Duration, Effect, Exit, Layer } from "effect"
 import * as Bus from "../../src/bus/NotificationBus.js"
+import { OUTBOX_CHANNEL } from "../../src/persistence/channels.js"
 import { listDeadLetters, replayDeadLetters } from "../../src/propagation/DeadLetters.js"
 import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { EventQueue } from "../../src/queue/EventQueue.js"
 import { layerMemory as queueMemory } from "../../src/queue/MemoryQueue.js"
 import { AdmissionsThrottled } from "../../src/schema/errors.js"
-import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { layerTestDatabase, listeners, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
 import { listen, taskWithHistory, until, versionsByTask } from "../support/propagation.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
@@ -32,7 +33,7 @@ describe.skipIf(noDatabase)("event propagation on the in-process queue and bus (
         const projectId = uuid()
         const seen = yield* listen(yield* Bus.NotificationBus, projectId)
         // the relay singleton starts once the runner holds its shard, and LISTENs from then on
-        yield* Effect.sleep(Duration.seconds(3))
+        yield* eventually(listeners(OUTBOX_CHANNEL), (n) => n > 0, Duration.seconds(30))
         const started = Date.now()
         const ids = yield* Effect.forEach(Array.from({ length: 5 }), () => taskWithHistory(projectId), {
           concurrency: 5
@@ -81,16 +82,16 @@ describe.skipIf(noDatabase)("event propagation on the in-process queue and bus (
         // as if the queue were down: 20 rows nobody publishes (the relay has published everything before)
         yield* sql`UPDATE outbox_events SET published_at = NULL
                    WHERE id IN (SELECT id FROM outbox_events ORDER BY id LIMIT 20)`
-        yield* Effect.sleep(Duration.millis(1100)) // the admission's view of the backlog is cached for 1 s
-        const refused = yield* Effect.exit(admitTask())
+        // the admission's view of the backlog is cached for 1 s: refused once the cache has seen the backlog
+        const refused = yield* eventually(Effect.exit(admitTask()), Exit.isFailure)
         expect(Exit.isFailure(refused) && Cause.squash(refused.cause)).toBeInstanceOf(AdmissionsThrottled)
         yield* sql`SELECT pg_notify('outbox_events', 'test')`
         yield* eventually(
           sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_events WHERE published_at IS NULL`,
           ([r]) => r!.n === 0
         )
-        yield* Effect.sleep(Duration.millis(1100))
-        yield* admitTask()
+        // admitted again once the cache has seen the drained backlog
+        yield* eventually(Effect.exit(admitTask()), Exit.isSuccess)
       }))
   })
 })

@@ -6,10 +6,12 @@ import * as Bus from "../../src/bus/NotificationBus.js"
 import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { layerRocketMQ } from "../../src/queue/RocketMQQueue.js"
 import * as Redis from "../../src/redis/Redis.js"
+import type { TaskId } from "../../src/schema/ids.js"
 import { makeTestDatabaseUrl, noDatabase } from "../support/database.js"
 import { scaled, scaledDuration, services } from "../support/env.js"
 import { listen, type RunnerServices, taskWithHistory, until, versionsByTask } from "../support/propagation.js"
 import { startScopedRunner } from "../support/runner.js"
+import { commitChange } from "../support/streams.js"
 import { uuid } from "../support/tasks.js"
 import "../support/rocketmqQueueCases.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
@@ -92,8 +94,18 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
               Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(20))))
             )
           )))
-        yield* Effect.sleep(Duration.seconds(2))
-        expect(bus.seen.length).toBe(32)
+        // a fifth version of each of those tasks: the queue keeps one task's messages in order, so once the fifth
+        // has arrived, the redelivered first four before it have been dealt with
+        const redelivered = first.slice(0, 3) as Array<TaskId>
+        for (const id of redelivered) {
+          yield* inA(commitChange(id, { status: "running", stage: "generating", progress: 50 }))
+        }
+        yield* until("the fifth versions", () =>
+          redelivered.every((id) =>
+            versionsByTask(bus.seen).get(id)?.includes(5)
+          ))
+        expect(bus.seen.length).toBe(32 + 3)
+        for (const id of redelivered) expect(versionsByTask(bus.seen).get(id)).toEqual([1, 2, 3, 4, 5])
 
         // a second runner joins; the first stops: its relay singleton moves, events keep flowing
         const b = yield* startScopedRunner(url, propagation(), settings)
@@ -155,8 +167,10 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
         const lastCursor = bus.seen.at(-1)!.cursor
 
         redisProxy!.pause()
+        const refusedBefore = redisProxy!.refused()
         const during = yield* inRunner(taskWithHistory(projectId))
-        yield* Effect.sleep(Duration.seconds(2))
+        // cut off until the bus has tried to reconnect (and been refused) at least once
+        yield* until("a refused reconnect", () => redisProxy!.refused() > refusedBefore, Duration.seconds(30))
         redisProxy!.resume()
         yield* until("a gap notice", () => bus.gaps() > 0)
 

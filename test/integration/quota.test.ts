@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Context, Duration, Effect, Layer, Logger, LogLevel } from "effect"
+import { ConfigProvider, Context, Duration, Effect, Fiber, Layer, Logger, LogLevel, Schedule } from "effect"
 import { Redis as IORedis } from "ioredis"
 import { ProviderQuota, type QuotaScope } from "../../src/quota/ProviderQuota.js"
 import * as Redis from "../../src/redis/Redis.js"
@@ -26,6 +26,16 @@ const testPrefix = Effect.acquireRelease(
       expect(ttls.filter((t) => t === -1)).toEqual([])
     }).pipe(Effect.scoped)
 )
+
+/** How far (ms) a bucket's theoretical arrival time is ahead of Redis' clock: the backlog reserved in it. */
+const aheadOf = (redis: IORedis, key: string) =>
+  Effect.promise(async () => {
+    const [[, tat], [, time]] = (await redis.multi().get(key).time().exec())! as [
+      [null, string | null],
+      [null, [string, string]]
+    ]
+    return tat === null ? 0 : Number(tat) - (Number(time[0]) * 1000 + Number(time[1]) / 1000)
+  })
 
 /** One ProviderQuota with its own Redis connection, like one runner process. */
 const makeQuota = (prefix: string, env: Record<string, string>, url = redisUrl!) =>
@@ -102,11 +112,18 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
 
   it.live("levels: a lower tenant limit binds, and one tenant's backlog does not hold up another", () =>
     Effect.gen(function*() {
-      const quota = yield* makeQuota(yield* testPrefix, { QUOTA_ACME_QPS: "50", QUOTA_TENANT_QPS: "10" })
+      const prefix = yield* testPrefix
+      const quota = yield* makeQuota(prefix, { QUOTA_ACME_QPS: "50", QUOTA_TENANT_QPS: "10" })
+      const backlog = aheadOf(yield* admin, `${prefix}quota:tenant:tenant-0:acme`)
       const [{ elapsedS, grants }, late] = yield* Effect.all([
         hammer(60, 3, (i) => quota.acquire(scope(i % 2))),
-        // a third tenant arriving while tenants 0 and 1 have seconds of backlog is served at once
-        Effect.sleep("1 second").pipe(Effect.zipRight(Effect.timed(quota.acquire(scope(2)))))
+        // a third tenant arriving once tenants 0 and 1 have a second of backlog or more is served at once
+        backlog.pipe(
+          Effect.filterOrFail((ms) => ms >= 1000, () => "no backlog yet"),
+          Effect.retry(Schedule.spaced(Duration.millis(20)).pipe(Schedule.upTo(Duration.millis(scaled(3_000))))),
+          Effect.orDie,
+          Effect.zipRight(Effect.timed(quota.acquire(scope(2))))
+        )
       ], { concurrency: "unbounded" })
       const of0 = grants.filter((g) => g.caller % 2 === 0).length
       console.log(
@@ -165,10 +182,13 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
       expect(yield* providerTat).toBeNull()
       proxy.resume()
       const started = Date.now()
-      while ((yield* providerTat) === null) {
-        expect(Date.now() - started).toBeLessThan(scaled(5_000))
-        yield* quota.acquire(scope(0)).pipe(Effect.zipRight(Effect.sleep("50 millis")))
-      }
+      // acquire until a grant is taken from the shared bucket again
+      yield* quota.acquire(scope(0)).pipe(
+        Effect.zipRight(providerTat),
+        Effect.filterOrFail((tat) => tat !== null, () => "still local"),
+        Effect.retry(Schedule.spaced(Duration.millis(50)).pipe(Schedule.upTo(Duration.millis(scaled(5_000))))),
+        Effect.orDie
+      )
       console.log(`recovery: shared again ${Date.now() - started} ms after Redis came back`)
     }).pipe(Effect.scoped))
 
@@ -176,28 +196,28 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
     Effect.gen(function*() {
       const prefix = yield* testPrefix
       const quota = yield* makeQuota(prefix, { QUOTA_ACME_QPS: "20", QUOTA_MAX_WAIT: "1 second" })
-      const redis = yield* admin
-      const ahead = Effect.promise(async () => {
-        const [[, tat], [, time]] = (await redis.multi().get(`${prefix}quota:provider:acme`).time().exec())! as [
-          [null, string],
-          [null, [string, string]]
-        ]
-        return Number(tat) - (Number(time[0]) * 1000 + Number(time[1]) / 1000)
-      })
+      const ahead = aheadOf(yield* admin, `${prefix}quota:provider:acme`)
       const fiber = yield* Effect.forEach(
         Array.from({ length: 60 }, (_, i) => i),
         (i) => Effect.timed(quota.acquire(scope(i % 4))),
         { concurrency: "unbounded" }
       ).pipe(Effect.fork)
-      yield* Effect.sleep("300 millis")
-      const reservedAhead = yield* ahead
+      // how far ahead reservations reach, sampled all the while the callers are served
+      let reservedAhead = 0
+      const sampler = yield* ahead.pipe(
+        Effect.map((ms) => (reservedAhead = Math.max(reservedAhead, ms))),
+        Effect.repeat(Schedule.spaced(Duration.millis(20))),
+        Effect.fork
+      )
       const waits = (yield* fiber.await.pipe(Effect.flatten)).map(([d]) => Duration.toMillis(d))
+      yield* Fiber.interrupt(sampler)
       console.log(
         `horizon: reservations reached ${reservedAhead.toFixed(0)} ms ahead; 60 callers served, last after ${
           Math.max(...waits).toFixed(0)
         } ms`
       )
       expect(reservedAhead).toBeLessThanOrEqual(1000 + 50 + 50 + 1) // horizon + burst + one interval
+      expect(reservedAhead).toBeGreaterThan(500) // the backlog did reach towards the horizon
       expect(Math.max(...waits)).toBeGreaterThan(2_500) // 60 grants at 20/s take 3 s: the later ones came back
       expect(Math.max(...waits)).toBeLessThan(scaled(6_000))
     }).pipe(Effect.scoped))

@@ -27,8 +27,10 @@ describe.skipIf(noDatabase)("reconcilers (a cluster singleton)", () => {
             SELECT ledger_type, amount::text FROM credit_ledger WHERE task_id = ${taskId} ORDER BY id`
         yield* eventually(ledger(ready.taskId), (rows) => rows.length === 2)
         yield* eventually(ledger(failed.taskId), (rows) => rows.length === 2)
-        // more rounds change nothing
-        yield* Effect.sleep("1 second")
+        // more rounds change nothing: another such task settled is a round that has come after
+        const sentinel = yield* admitTask()
+        yield* sql`UPDATE generation_tasks SET status = 'ready', terminal_at = now() WHERE id = ${sentinel.taskId}`
+        yield* eventually(ledger(sentinel.taskId), (rows) => rows.length === 2)
         expect((yield* ledger(ready.taskId)).map((r) => [r.ledger_type, Number(r.amount)])).toEqual([
           ["reserve", 5],
           ["settle", 5]
@@ -48,7 +50,13 @@ describe.skipIf(noDatabase)("reconcilers (a cluster singleton)", () => {
         yield* sql`UPDATE generation_tasks SET created_at = now() - interval '2 hours' WHERE id = ${t.taskId}`
         const records = sql<{ reason: string }>`SELECT reason FROM task_reconciliations WHERE task_id = ${t.taskId}`
         yield* eventually(records, (rows) => rows.length === 1)
-        yield* Effect.sleep("1 second")
+        // another overdue task recorded is a round that has come after
+        const sentinel = yield* admitTask()
+        yield* sql`UPDATE generation_tasks SET created_at = now() - interval '2 hours' WHERE id = ${sentinel.taskId}`
+        yield* eventually(
+          sql<{ n: number }>`SELECT count(*)::int AS n FROM task_reconciliations WHERE task_id = ${sentinel.taskId}`,
+          ([r]) => r!.n === 1
+        )
         expect((yield* records).map((r) => r.reason)).toEqual(["overdue"])
       }))
 

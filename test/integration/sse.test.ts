@@ -13,7 +13,10 @@ import { freePort } from "../support/runner.js"
 import { openSse, payloads, seqOf, type SseClient } from "../support/sse.js"
 import {
   bearer,
+  busChannels,
   commitChange,
+  commitHistory,
+  concurrentWriters,
   headOf,
   layerStreamRunner,
   OTHER_TENANT,
@@ -21,20 +24,14 @@ import {
   RedisProxy,
   redisUrl,
   storedEvents,
+  streamSettings,
   TENANT,
   tokenFor
 } from "../support/streams.js"
 import { admitTask, observation, uuid } from "../support/tasks.js"
+import { eventually } from "../support/webhooks.js"
 
-const settings = {
-  SSE_HEARTBEAT: "300 millis",
-  SSE_WRITE_DEADLINE: "2 seconds",
-  // room for every event a replaying client is sent meanwhile (≤ 190 here): a full buffer coalesces progress by
-  // design (ConnectionBuffer), and these tests assert the exact stored sequence; coalescing has its own tests
-  GATEWAY_CONNECTION_BUFFER: "512",
-  GATEWAY_TAIL_INTERVAL: "300 millis",
-  OUTBOX_SWEEP_INTERVAL: "500 millis"
-}
+const settings = { ...streamSettings }
 
 const port = await Effect.runPromise(freePort)
 const base = `http://127.0.0.1:${port}`
@@ -71,20 +68,9 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
         expect(page.next_before).not.toBeNull()
         expect(page.tasks.every((t) => t.task_version === 2)).toBe(true)
         const after = seqOf(page.cursor)
-        for (let i = 0; i < 40; i++) {
-          yield* commitChange(tasks[i % tasks.length]!, { status: "running", stage: "generating", progress: 10 + i })
-        }
+        yield* commitHistory(tasks)
         // writers keep committing while the client replays and joins the live stream
-        const writers = Effect.forEach(
-          tasks,
-          (task) =>
-            Effect.forEach(
-              Array.from({ length: 25 }, (_, i) => i),
-              (i) => commitChange(task, { status: "running", stage: "generating", progress: 60 + i }),
-              { discard: true }
-            ),
-          { concurrency: "unbounded", discard: true }
-        )
+        const writers = concurrentWriters(tasks)
         const [client] = yield* Effect.all([
           openSse(eventsUrl(projectId, `?after=${page.cursor}`), bearer(token)),
           writers
@@ -277,10 +263,8 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
         expect(over.status).toBe(429)
         expect(Number(over.headers["retry-after"])).toBeGreaterThan(0)
         open.forEach((c) => c.close())
-        // a closed stream gives its place back
-        yield* Effect.sleep(Duration.millis(200))
-        const again = yield* openSse(eventsUrl(projectId), bearer(token))
-        expect(again.status).toBe(200)
+        // a closed stream gives its place back, once the gateway has seen it close
+        const again = yield* eventually(openSse(eventsUrl(projectId), bearer(token)), (c) => c.status === 200)
         again.close()
       }))
 
@@ -305,7 +289,8 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
           )
           yield* until("both streams open", () => sleeper.isPaused(), Duration.seconds(5))
           const openBefore = (yield* gateway.stats).open
-          yield* Effect.sleep(Duration.millis(200))
+          // a response head is sent before the feed has subscribed: the flood goes out once the bus has the channel
+          yield* eventually(busChannels(projectId), (channels) => channels.length > 0)
           // A flood of status changes (never coalesced) through the real Redis bus, as the dispatcher publishes
           // them: 20,000 frames, ~4.6 MB, more than the kernel buffers of a sleeping socket here (2.7–4 MB) — a
           // flood the commit path could not produce in a test's time.

@@ -9,26 +9,20 @@ import { freePort } from "../support/runner.js"
 import {
   bearer,
   commitChange,
+  commitHistory,
+  concurrentWriters,
   headOf,
   layerStreamRunner,
   OTHER_TENANT,
   projectWithTasks,
   redisUrl,
   storedEvents,
+  streamSettings,
   tokenFor
 } from "../support/streams.js"
 import { uuid } from "../support/tasks.js"
 
-const settings = {
-  WS_PING_INTERVAL: "300 millis",
-  SSE_HEARTBEAT: "300 millis",
-  SSE_WRITE_DEADLINE: "2 seconds",
-  // room for every event a replaying client is sent meanwhile (≤ 190 here): a full buffer coalesces progress by
-  // design (ConnectionBuffer), and these tests assert the exact stored sequence; coalescing has its own tests
-  GATEWAY_CONNECTION_BUFFER: "512",
-  GATEWAY_TAIL_INTERVAL: "300 millis",
-  OUTBOX_SWEEP_INTERVAL: "500 millis"
-}
+const settings = { ...streamSettings, WS_PING_INTERVAL: "300 millis" }
 
 const PING_MS = 300
 
@@ -104,20 +98,9 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
         const start = yield* headOf(projectId)
         const after = `${start.epoch}-${start.seq}`
         // history the client has not seen yet, committed before it connects
-        for (let i = 0; i < 40; i++) {
-          yield* commitChange(tasks[i % tasks.length]!, { status: "running", stage: "generating", progress: 10 + i })
-        }
+        yield* commitHistory(tasks)
         // writers keep committing while the client replays and joins the live stream
-        const writers = Effect.forEach(
-          tasks,
-          (task) =>
-            Effect.forEach(
-              Array.from({ length: 25 }, (_, i) => i),
-              (i) => commitChange(task, { status: "running", stage: "generating", progress: 60 + i }),
-              { discard: true }
-            ),
-          { concurrency: "unbounded", discard: true }
-        )
+        const writers = concurrentWriters(tasks)
         const [client] = yield* Effect.all([openWs(wsUrl(projectId, `?after=${after}`), bearer(token)), writers], {
           concurrency: "unbounded"
         })
@@ -125,8 +108,6 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
         const head = yield* headOf(projectId)
         expect(head.seq).toBe(start.seq + 40 + 150)
         yield* until("every event", () => client.messages.length >= head.seq - start.seq, Duration.seconds(20))
-        // a moment for anything extra (a duplicate) to arrive
-        yield* Effect.sleep(Duration.millis(300))
 
         const stored = yield* storedEvents(projectId, start.seq)
         expect(client.messages.map((m) => m.event_id)).toEqual(stored.map((r) => `${start.epoch}-${r.cursor_seq}`))
@@ -147,9 +128,13 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
         expect((last.payload as { progress: number }).progress).toBe(84)
         expect(client.raw.join("\n")).not.toMatch(/https?:|provider_task|secret|token|tenant|attempt/)
 
-        // and then live
+        // and then live; the socket keeps order, so nothing extra (a late duplicate) came between
         yield* commitChange(tasks[0]!, { status: "provider_succeeded", stage: "generated", progress: 100 })
-        yield* until("the live event", () => client.messages.length === head.seq - start.seq + 1)
+        yield* until(
+          "the live event",
+          () => client.messages.some((m) => m.event_id === `${head.epoch}-${head.seq + 1}`)
+        )
+        expect(client.messages).toHaveLength(head.seq - start.seq + 1)
         expect(client.messages.at(-1)).toEqual({
           type: "task.status",
           event_id: `${head.epoch}-${head.seq + 1}`,
@@ -177,11 +162,10 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
           event_id: `${head.epoch}-${head.seq}`,
           reason: "foreign_epoch"
         })
-        yield* Effect.sleep(Duration.millis(200))
-        // none of the history is replayed after a reset
-        expect(client.messages).toHaveLength(1)
         yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 50 })
-        yield* until("the next event", () => client.messages.length === 2)
+        yield* until("the next event", () => client.messages.some((m) => m.type === "task.status"))
+        // none of the history was replayed after the reset: the next event follows it at once
+        expect(client.messages).toHaveLength(2)
         expect(client.messages[1]).toMatchObject({
           type: "task.status",
           event_id: `${head.epoch}-${head.seq + 1}`,
@@ -212,8 +196,11 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
         const intruder = yield* tokenFor({ tenant: OTHER_TENANT })
         const foreign = yield* openWs(wsUrl(projectId), bearer(intruder))
         expect(foreign.status).toBe(404)
+        // the project's own client sees the next event: by then the intruder would have seen it too
+        const owner = yield* openWs(wsUrl(projectId), bearer(token))
         yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 1 })
-        yield* Effect.sleep(Duration.millis(200))
+        yield* until("the owner's event", () => events(owner).length === 1, Duration.seconds(5))
+        yield* closeWs(owner)
         expect(foreign.messages).toEqual([])
         expect(foreign.body + JSON.stringify(foreign.closed())).not.toContain(tasks[0]!)
         // a token naming only other projects gets the same answer
@@ -236,15 +223,14 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
         client.socket.send("x".repeat(4097))
         yield* until("closed", () => client.closed() !== undefined, Duration.seconds(5))
         expect(client.closed()!.code).toBe(1009)
-        // the runner refused the frame without throwing: an uncaught error would have taken the runner down
-        yield* Effect.sleep(Duration.millis(100))
-        expect(uncaught.map(String)).toEqual([])
         // the server is still serving
         const next = yield* openWs(wsUrl(projectId), bearer(token))
         expect(next.status).toBe(101)
         yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 2 })
         yield* until("an event on a new connection", () => events(next).length === 1, Duration.seconds(5))
         yield* closeWs(next)
+        // the runner refused the frame without throwing: an uncaught error would have taken the runner down
+        expect(uncaught.map(String)).toEqual([])
       }))
 
     it.effect("the server pings; a client that does not answer is terminated, one that does stays open", () =>
@@ -262,8 +248,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
         expect(Date.now() - openedAt).toBeLessThan(5 * PING_MS + 500)
         expect(mute.pings()).toBeGreaterThanOrEqual(1)
         // the polite one keeps being pinged and keeps its stream
-        yield* Effect.sleep(Duration.millis(4 * PING_MS))
-        expect(polite.pings()).toBeGreaterThanOrEqual(4)
+        yield* until("four pings answered", () => polite.pings() >= 4, Duration.seconds(5))
         expect(polite.closed()).toBeUndefined()
         expect(polite.socket.readyState).toBe(WebSocket.OPEN)
         yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 7 })

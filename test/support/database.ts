@@ -1,3 +1,4 @@
+import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Redacted } from "effect"
 import pg from "pg"
 import { layerPostgres } from "../../src/persistence/Database.js"
@@ -38,3 +39,21 @@ export const layerTestDatabase = (maxConnections = 10) =>
     Effect.map(makeTestDatabaseUrl, ({ url }) =>
       layerPostgres({ url: Redacted.make(url), maxConnections, applicationName: "test" }))
   )
+
+const count = (query: (sql: SqlClient.SqlClient) => Effect.Effect<ReadonlyArray<{ n: number }>, unknown>) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => query(sql)).pipe(Effect.map(([r]) => r!.n), Effect.orDie)
+
+/** Sessions of this database whose last statement was LISTEN on `channel`: a wake loop that is listening. */
+export const listeners = (channel: string) =>
+  count((sql) =>
+    sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND query ILIKE ${`LISTEN%${channel}%`}`
+  )
+
+/** Sessions of this database waiting on a lock: a writer blocked behind another transaction's row lock. */
+export const lockWaiters = count((sql) =>
+  sql<{ n: number }>`
+    SELECT count(*)::int AS n FROM pg_stat_activity
+    WHERE datname = current_database() AND wait_event_type = 'Lock'`
+)

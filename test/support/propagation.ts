@@ -3,12 +3,13 @@ import { type Context, Duration, Effect, Schedule, Schema, Stream } from "effect
 import type { NotificationBus } from "../../src/bus/NotificationBus.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import type { TaskAdmission } from "../../src/persistence/TaskAdmission.js"
+import type { TaskStore } from "../../src/persistence/TaskStore.js"
 import { LiveTaskEvent } from "../../src/schema/events.js"
 import type { AttemptId, TaskId } from "../../src/schema/ids.js"
 import { scaledDuration } from "./env.js"
 import { admitTask, observation } from "./tasks.js"
 
-export type RunnerServices = SqlClient.SqlClient | TaskClient | TaskAdmission
+export type RunnerServices = SqlClient.SqlClient | TaskClient | TaskAdmission | TaskStore
 
 export const decodeLive = Schema.decodeUnknownSync(Schema.parseJson(LiveTaskEvent))
 

@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
+import { Redis as IORedis } from "ioredis"
 import * as Bus from "../../src/bus/NotificationBus.js"
 import { makeChange } from "../../src/domain/transition.js"
 import { TokenSigner } from "../../src/http/Auth.js"
@@ -116,3 +117,45 @@ export const headOf = (projectId: string) =>
     )
 
 export const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
+
+/**
+ * The gateway settings of the SSE and WebSocket tests: short heartbeats and tail intervals, and room in each
+ * connection's buffer for every event a replaying client is sent meanwhile (≤ 190 here). A full buffer coalesces
+ * progress by design (ConnectionBuffer), and these tests assert the exact stored sequence; coalescing has its own tests.
+ */
+export const streamSettings = {
+  SSE_HEARTBEAT: "300 millis",
+  SSE_WRITE_DEADLINE: "2 seconds",
+  GATEWAY_CONNECTION_BUFFER: "512",
+  GATEWAY_TAIL_INTERVAL: "300 millis",
+  OUTBOX_SWEEP_INTERVAL: "500 millis"
+}
+
+/** History a client has not seen yet: `n` commits across the tasks, made before it connects. */
+export const commitHistory = (tasks: ReadonlyArray<TaskId>, n = 40) =>
+  Effect.forEach(
+    Array.from({ length: n }, (_, i) => i),
+    (i) => commitChange(tasks[i % tasks.length]!, { status: "running", stage: "generating", progress: 10 + i }),
+    { discard: true }
+  )
+
+/** Writers that keep committing (25 changes per task, last progress 84) while a client replays and goes live. */
+export const concurrentWriters = (tasks: ReadonlyArray<TaskId>) =>
+  Effect.forEach(
+    tasks,
+    (task) =>
+      Effect.forEach(
+        Array.from({ length: 25 }, (_, i) => i),
+        (i) => commitChange(task, { status: "running", stage: "generating", progress: 60 + i }),
+        { discard: true }
+      ),
+    { concurrency: "unbounded", discard: true }
+  )
+
+/** Redis channels of a project that someone subscribes to (any key prefix): a gateway feed following it live. */
+export const busChannels = (projectId: string) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => new IORedis(redisUrl!)),
+    (redis) => Effect.promise(() => redis.pubsub("CHANNELS", `*project:${projectId}`) as Promise<Array<string>>),
+    (redis) => Effect.promise(() => redis.quit())
+  )

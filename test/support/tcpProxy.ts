@@ -6,9 +6,13 @@ import * as net from "node:net"
  */
 export const startTcpProxy = async (targetPort: number, targetHost = "127.0.0.1") => {
   let paused = false
+  let refused = 0
   const sockets = new Set<net.Socket>()
   const server = net.createServer((client) => {
-    if (paused) return client.destroy()
+    if (paused) {
+      refused++
+      return client.destroy()
+    }
     const upstream = net.connect(targetPort, targetHost)
     sockets.add(client)
     sockets.add(upstream)
@@ -31,6 +35,8 @@ export const startTcpProxy = async (targetPort: number, targetHost = "127.0.0.1"
       for (const s of sockets) s.destroy()
       sockets.clear()
     },
+    /** Connections refused while paused: a client that noticed the outage and tried to come back. */
+    refused: () => refused,
     resume: () => {
       paused = false
     },

@@ -52,10 +52,15 @@ export const submittedTask = (provider: string, providerTaskId: string) =>
     return t
   })
 
-export const eventually = <A>(effect: Effect.Effect<A, unknown, SqlClient.SqlClient>, predicate: (a: A) => boolean) =>
+/** Waits (up to `within`, scaled) until `effect` answers something `predicate` accepts. */
+export const eventually = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  predicate: (a: A) => boolean,
+  within: Duration.DurationInput = Duration.seconds(15)
+) =>
   effect.pipe(
     Effect.filterOrFail(predicate, () => "not yet"),
-    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(15))))),
+    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(within)))),
     Effect.orDie
   )
 
