@@ -3,6 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect } from "effect"
 import * as S from "../config/Settings.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
+import { runPeriodically } from "../persistence/PeriodicLoop.js"
 import { TaskClient } from "./TaskClient.js"
 import { LifecycleSettings } from "./TaskLifecycle.js"
 import { wakeTasks } from "./wakeTasks.js"
@@ -109,11 +110,10 @@ export const ReconcilersLive = Singleton.make(
       }
     })
 
-    const round = Effect.forEach(
-      [stuckInbox, unknownSubmits, overdueTasks, outputsNearDeadline, unsettledReserves],
-      (check) => Effect.catchAllCause(check, (cause) => Effect.logWarning("reconciler failed", cause)),
-      { discard: true }
-    )
-    yield* round.pipe(Effect.zipRight(Effect.sleep(interval)), Effect.forever)
+    yield* runPeriodically({
+      interval,
+      failure: "reconciler failed",
+      checks: [stuckInbox, unknownSubmits, overdueTasks, outputsNearDeadline, unsettledReserves]
+    })
   })
 )

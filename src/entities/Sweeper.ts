@@ -2,6 +2,7 @@ import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect } from "effect"
 import * as S from "../config/Settings.js"
+import { runPeriodically } from "../persistence/PeriodicLoop.js"
 import { QuotaSettings } from "../quota/ProviderQuota.js"
 import { TaskClient } from "./TaskClient.js"
 import { wakeTasks } from "./wakeTasks.js"
@@ -46,7 +47,7 @@ export const SweeperLive = Singleton.make(
       ORDER BY COALESCE(a.next_poll_at, t.updated_at)
       LIMIT ${batch}`
 
-    yield* Effect.gen(function*() {
+    const sweep = Effect.gen(function*() {
       const rows = yield* due
       if (rows.length > 0) {
         yield* Effect.logInfo("sweeper waking tasks with overdue work").pipe(
@@ -54,10 +55,7 @@ export const SweeperLive = Singleton.make(
         )
         yield* wakeTasks(tasks, rows.map((r) => r.id), "sweeper")
       }
-    }).pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("sweep failed", cause)),
-      Effect.zipRight(Effect.sleep(interval)),
-      Effect.forever
-    )
+    })
+    yield* runPeriodically({ interval, failure: "sweep failed", checks: [sweep] })
   })
 )

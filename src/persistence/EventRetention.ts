@@ -2,6 +2,7 @@ import { Singleton } from "@effect/cluster"
 import { Effect, Layer } from "effect"
 import * as S from "../config/Settings.js"
 import { EventLog } from "./EventLog.js"
+import { runPeriodically } from "./PeriodicLoop.js"
 
 export const EventRetentionSettings = S.area("Event retention", "how long task events stay replayable", {
   retention: S.duration(
@@ -39,10 +40,6 @@ export const EventRetentionLive = Singleton.make(
         yield* Effect.logInfo("event retention: forgot old events").pipe(Effect.annotateLogs({ forgotten }))
       }
     })
-    yield* sweep.pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("event retention sweep failed", cause)),
-      Effect.zipRight(Effect.sleep(interval)),
-      Effect.forever
-    )
+    yield* runPeriodically({ interval, failure: "event retention sweep failed", checks: [sweep] })
   })
 ).pipe(Layer.provide(EventLog.Default))

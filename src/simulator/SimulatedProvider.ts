@@ -27,6 +27,9 @@ export interface Refused {
   readonly body: unknown
 }
 
+/** A submit endpoint's checks, as the provider's API makes them: what it accepted, or its refusal. */
+export type Validate = (input: SubmitInput) => Either.Either<Accepted, Refused>
+
 export interface Delivery {
   readonly url: string
   readonly body: string
@@ -47,7 +50,7 @@ type Params = Readonly<Record<string, string | undefined>>
 export interface SimApi {
   /** Validates, creates the job (counted per idempotency key), answers `respond(job)` (default: the job queued). */
   readonly submit: (options: {
-    readonly validate: (input: SubmitInput) => Either.Either<Accepted, Refused>
+    readonly validate: Validate
     readonly respond?: (job: Job) => unknown
     readonly status?: number
     readonly modelOf?: (params: Params) => string | undefined

@@ -4,6 +4,10 @@ import { devSecret } from "./devSecrets.js"
 /** Every provider the simulator serves: all of the platform's list. */
 export const SIMULATED_PROVIDERS: ReadonlyArray<string> = providerNames
 
+/** The platform's settings that send `providers`' API calls to the simulator at `sim`. */
+export const simulatorBaseUrls = (sim: string, providers: ReadonlyArray<string>): Record<string, string> =>
+  Object.fromEntries(providers.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
+
 /** The platform's settings for talking to the simulator at `sim` (and receiving its webhooks at `platform`). */
 export const simulatorEnv = (platform: string, sim: string, providers: ReadonlyArray<string>) => ({
   OPENAI_WEBHOOK_SECRET: devSecret("openai"),
@@ -13,5 +17,5 @@ export const simulatorEnv = (platform: string, sim: string, providers: ReadonlyA
   FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
   PUBLIC_BASE_URL: platform,
   INBOX_SWEEP_INTERVAL: "200 millis",
-  ...Object.fromEntries(providers.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
+  ...simulatorBaseUrls(sim, providers)
 })

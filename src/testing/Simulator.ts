@@ -1,9 +1,12 @@
+import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Context, type Effect, Layer } from "effect"
 import { createServer } from "node:http"
+import { ProviderClients } from "../providers/ProviderClients.js"
 import { devSecret } from "../simulator/devSecrets.js"
-import { SIMULATED_PROVIDERS, simulatorEnv } from "../simulator/embedded.js"
+import { SIMULATED_PROVIDERS, simulatorBaseUrls, simulatorEnv } from "../simulator/embedded.js"
 import { serveSimulator } from "../simulator/Simulator.js"
+import { withSettings } from "./TestRunner.js"
 
 /** The provider simulator a test serves, as a service: its fault knobs, job counts and jobs. */
 export class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
@@ -31,3 +34,18 @@ export const simulatorSettings = (
   platformUrl: string,
   providers: ReadonlyArray<string> = SIMULATED_PROVIDERS
 ): Record<string, string> => simulatorEnv(platformUrl, `http://127.0.0.1:${simPort}`, providers)
+
+/**
+ * The simulator on `port` (sending no webhooks to a runner) and the platform's `ProviderClients` pointed at it, with
+ * no runner: for testing the clients and the simulator against each other. `settings` go over the clients' own
+ * (`{ PROVIDER_TIMEOUT: "2 seconds" }`).
+ */
+export const layerTestProviderClients = (port: number, settings: Readonly<Record<string, string>> = {}) =>
+  Layer.merge(layerTestSimulator(port, null), ProviderClients.Default).pipe(
+    Layer.provide(FetchHttpClient.layer),
+    Layer.provide(withSettings({
+      ...simulatorBaseUrls(`http://127.0.0.1:${port}`, SIMULATED_PROVIDERS),
+      VEO_PROJECT: "sim-project",
+      ...settings
+    }))
+  )

@@ -1,37 +1,15 @@
-import { FetchHttpClient } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
-import { createServer } from "node:http"
+import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ProviderClients } from "../../src/providers/ProviderClients.js"
 import { definitionOf } from "../../src/providers/providers.js"
-import { serveSimulator } from "../../src/simulator/Simulator.js"
+import { layerTestProviderClients, Sim } from "../../src/testing/Simulator.js"
 import { scaled, scaledDuration } from "../support/env.js"
-import { freePort, quietLogs, withSettings } from "../support/runner.js"
+import { freePort, quietLogs } from "../support/runner.js"
 
 const simPort = await Effect.runPromise(freePort)
-const sim = `http://127.0.0.1:${simPort}`
 const PROVIDERS = ["openai", "replicate", "fal", "runway", "luma", "veo"] as const
-const settings = {
-  PROVIDER_TIMEOUT: "700 millis",
-  VEO_PROJECT: "sim-project",
-  ...Object.fromEntries(PROVIDERS.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
-}
 
-class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
-
-const TestLayer = Layer.mergeAll(
-  Layer.scoped(
-    Sim,
-    serveSimulator({
-      openaiSecret: "whsec_" + "A".repeat(44),
-      replicateSecret: "whsec_" + "B".repeat(44),
-      openaiWebhookUrl: null
-    })
-  )
-    .pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort }))),
-  ProviderClients.Default
-).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs), Layer.provide(withSettings(settings)))
+const TestLayer = layerTestProviderClients(simPort, { PROVIDER_TIMEOUT: "700 millis" }).pipe(Layer.provide(quietLogs))
 
 /** Queries the job until the simulator reports it no longer queued or running (the deadline scales). */
 const finished = <A extends { readonly status: string }>(

@@ -1,7 +1,8 @@
 import { EventCursor } from "../../src/schema/cursor.js"
 import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
-import { type NormalizedStatus, ProviderObservation } from "../../src/schema/observation.js"
-import { AttemptSnapshot, type Stage, TaskSnapshot } from "../../src/schema/task.js"
+import type { NormalizedStatus } from "../../src/schema/observation.js"
+import { AttemptSnapshot, TaskSnapshot } from "../../src/schema/task.js"
+import { observation, type ObservationOptions } from "../../src/testing/builders.js"
 
 export const ids = {
   task: "00000000-0000-4000-8000-000000000001" as TaskId,
@@ -55,35 +56,16 @@ export const makeAttempt = (overrides: Partial<ConstructorParameters<typeof Atte
     ...overrides
   })
 
+/**
+ * The kit's `observation` for the fixtures' attempt, received at `t0`. Its event id is made of what it says unless
+ * `eventId` names one, so the same observation built twice is one event, as a provider's redelivery is.
+ */
 export const observe = (
   status: NormalizedStatus,
-  options: {
-    readonly stage?: Stage | null
-    readonly progress?: number | null
-    readonly seq?: number | null
-    readonly attemptId?: AttemptId
-    readonly id?: string
-  } = {}
-) => {
-  const id = options.id ?? `${status}-${options.stage ?? "-"}-${options.progress ?? "-"}-${options.seq ?? "-"}`
-  return new ProviderObservation({
-    provider: "simulator" as ProviderName,
-    providerEventId: id,
-    dedupKey: id,
-    providerTaskId: "job-1",
-    clientRequestId: "crid-1",
-    attemptId: options.attemptId ?? ids.attempt,
-    providerSequence: options.seq ?? null,
-    providerOccurredAt: null,
+  { attemptId = ids.attempt, ...options }: ObservationOptions & { readonly attemptId?: AttemptId } = {}
+) =>
+  observation(attemptId, status, {
+    eventId: `${status}-${options.stage ?? "-"}-${options.progress ?? "-"}-${options.seq ?? "-"}`,
     receivedAt: t0,
-    status,
-    stage: options.stage ?? null,
-    progress: options.progress ?? null,
-    errorClass: status === "failed" ? "provider_failed" : null,
-    errorCode: status === "failed" ? "E_GEN" : null,
-    outputRefs: status === "succeeded" ? ["https://provider.example/out.mp4"] : [],
-    source: "webhook",
-    payloadHash: id,
-    traceId: "trace-test"
+    ...options
   })
-}

@@ -1,8 +1,5 @@
-import { FetchHttpClient } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Context, Effect, Either, Layer, Option } from "effect"
-import { createServer } from "node:http"
+import { Effect, Either, Layer, Option } from "effect"
 import { falAppRoot, falDuration } from "../../src/providers/fal.js"
 import { lumaDuration } from "../../src/providers/luma.js"
 import { openaiSeconds } from "../../src/providers/openai.js"
@@ -17,30 +14,12 @@ import {
 import { replicateRoute } from "../../src/providers/replicate.js"
 import { runwayDuration } from "../../src/providers/runway.js"
 import { veoDuration } from "../../src/providers/veo.js"
-import { serveSimulator } from "../../src/simulator/Simulator.js"
-import { freePort, quietLogs, withSettings } from "../support/runner.js"
+import { layerTestProviderClients, Sim } from "../../src/testing/Simulator.js"
+import { freePort, quietLogs } from "../support/runner.js"
 
 const simPort = await Effect.runPromise(freePort)
 const sim = `http://127.0.0.1:${simPort}`
-const settings = withSettings({
-  PROVIDER_TIMEOUT: "2 seconds",
-  VEO_PROJECT: "sim-project",
-  ...Object.fromEntries(providers.map((p) => [`${p.name.toUpperCase()}_BASE_URL`, `${sim}/${p.name}`]))
-})
-
-class Sim extends Context.Tag("Sim")<Sim, Effect.Effect.Success<ReturnType<typeof serveSimulator>>>() {}
-
-const TestLayer = Layer.mergeAll(
-  Layer.scoped(
-    Sim,
-    serveSimulator({
-      openaiSecret: "whsec_" + "A".repeat(44),
-      replicateSecret: "whsec_" + "B".repeat(44),
-      openaiWebhookUrl: null
-    })
-  ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort }))),
-  ProviderClients.Default
-).pipe(Layer.provide(FetchHttpClient.layer), Layer.provide(quietLogs), Layer.provide(settings))
+const TestLayer = layerTestProviderClients(simPort, { PROVIDER_TIMEOUT: "2 seconds" }).pipe(Layer.provide(quietLogs))
 
 const right = <A>(e: Either.Either<A, string>) => Either.getOrUndefined(e)
 

@@ -29,12 +29,13 @@ const start: State = { task: makeTask(), attempt: makeAttempt() }
 
 describe("transition: examples", () => {
   it("maps provider statuses onto task statuses; provider success is not ready", () => {
-    const { state } = run(start, [observe("queued"), observe("running", { progress: 10 }), observe("succeeded")], 3)
+    const succeeded = observe("succeeded")
+    const { state } = run(start, [observe("queued"), observe("running", { progress: 10 }), succeeded], 3)
     expect(state.task.status).toBe("provider_succeeded")
     expect(state.task.stage).toBe("generated")
     expect(state.task.version).toBe(5)
     expect(state.attempt.submitState).toBe("SUCCEEDED")
-    expect(state.attempt.outputRefs).toEqual(["https://provider.example/out.mp4"])
+    expect(state.attempt.outputRefs).toEqual(succeeded.outputRefs)
   })
 
   it("ignores an observation from a non-current attempt", () => {
@@ -130,14 +131,15 @@ describe("transition: examples", () => {
   })
 
   it("public payloads carry only browser-safe fields", () => {
-    const { outcomes } = run(start, [observe("failed")], 3)
+    const failed = observe("failed")
+    const { outcomes } = run(start, [failed], 3)
     const o = outcomes[0]!
     expect(o._tag).toBe("Changed")
     if (o._tag !== "Changed") return
     expect(Object.keys(o.change.publicPayload).sort()).toEqual(
       ["asset_id", "error_code", "progress", "stage", "status", "task_id", "task_version"]
     )
-    expect(JSON.stringify(o.change.publicPayload)).not.toContain("E_GEN")
+    expect(JSON.stringify(o.change.publicPayload)).not.toContain(failed.errorCode)
   })
 })
 
@@ -168,7 +170,9 @@ const historyArb = (withSequence: boolean): fc.Arbitrary<History> =>
     for (const p of h.progress) steps.push({ status: "running", stage: "generating", progress: p })
     if (h.terminal !== null) steps.push({ status: h.terminal })
     if (steps.length === 0) steps.push({ status: "queued" })
-    const truth = steps.map((s, i) => observe(s.status, { ...s, seq: withSequence ? i + 1 : null, id: `e${i}` }))
+    const truth = steps.map(({ status, ...s }, i) =>
+      observe(status, { ...s, ...(withSequence ? { seq: i + 1 } : {}), eventId: `e${i}` })
+    )
     return fc.tuple(
       fc.array(fc.integer({ min: 0, max: truth.length - 1 }), { minLength: h.dupCount, maxLength: h.dupCount }),
       fc.array(fc.nat(), { minLength: truth.length + h.dupCount, maxLength: truth.length + h.dupCount })

@@ -4,14 +4,7 @@ import type { EndpointTypeMap } from "@fal-ai/client/endpoints"
 import { Effect, Either, Schema } from "effect"
 import { type KeyObject, sign } from "node:crypto"
 import { falSigningString } from "../../providers/signatures.js"
-import {
-  type Accepted,
-  decodeStrict,
-  outputUrl,
-  type Refused,
-  type SimulatedProvider,
-  type SubmitInput
-} from "../SimulatedProvider.js"
+import { decodeStrict, outputUrl, type SimulatedProvider, type Validate } from "../SimulatedProvider.js"
 import { type Job, type Phase, phaseOf } from "../SimulatorState.js"
 
 type KlingOutput = EndpointTypeMap["fal-ai/kling-video/v2.1/master/text-to-video"]["output"]
@@ -25,7 +18,7 @@ const KlingInput = Schema.Struct({
   cfg_scale: Schema.optional(Schema.Number)
 })
 
-const validate = (i: SubmitInput): Either.Either<Accepted, Refused> =>
+const validate: Validate = (i) =>
   Either.map(
     decodeStrict(KlingInput, i.body, (msg) => ({
       status: 422,

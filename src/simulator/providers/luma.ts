@@ -1,15 +1,7 @@
 import { HttpRouter } from "@effect/platform"
 import { Either, Schema } from "effect"
 import type { Generation } from "lumaai/resources/generations/generations"
-import {
-  type Accepted,
-  decodeStrict,
-  outcomeOf,
-  outputUrl,
-  type Refused,
-  type SimulatedProvider,
-  type SubmitInput
-} from "../SimulatedProvider.js"
+import { decodeStrict, outcomeOf, outputUrl, type SimulatedProvider, type Validate } from "../SimulatedProvider.js"
 import type { Job, Phase } from "../SimulatorState.js"
 
 // the SDK's GenerationCreateParams; 400 { detail }
@@ -24,7 +16,7 @@ const Create = Schema.Struct({
   callback_url: Schema.optional(Schema.String)
 })
 
-const validate = (i: SubmitInput): Either.Either<Accepted, Refused> =>
+const validate: Validate = (i) =>
   Either.map(
     decodeStrict(Create, i.body, (detail) => ({ status: 400, body: { detail } })),
     (b) => ({ model: b.model, webhookUrl: b.callback_url ?? null })

@@ -2,13 +2,12 @@ import { HttpRouter } from "@effect/platform"
 import { Either, Schema } from "effect"
 import type { Video } from "openai/resources/videos"
 import {
-  type Accepted,
   decodeStrict,
   outcomeOf,
   type Refused,
   type SimulatedProvider,
   standardHeaders,
-  type SubmitInput
+  type Validate
 } from "../SimulatedProvider.js"
 import type { Job, Phase } from "../SimulatorState.js"
 
@@ -25,7 +24,7 @@ const refuse = (message: string): Refused => ({
   body: { error: { message, type: "invalid_request_error", param: null, code: "invalid_value" } }
 })
 
-const validate = (i: SubmitInput): Either.Either<Accepted, Refused> =>
+const validate: Validate = (i) =>
   Either.flatMap(decodeStrict(Create, i.body, refuse), (b) => {
     const model = b.model ?? "sora-2"
     // sora-2 makes 720p only; the 1024x1792 / 1792x1024 sizes are sora-2-pro's

@@ -2,14 +2,13 @@ import { HttpRouter } from "@effect/platform"
 import { Either, Schema } from "effect"
 import type { Prediction } from "replicate"
 import {
-  type Accepted,
   decodeStrict,
   outcomeOf,
   outputUrl,
   type Refused,
   type SimulatedProvider,
   standardHeaders,
-  type SubmitInput
+  type Validate
 } from "../SimulatedProvider.js"
 import type { Job, Phase } from "../SimulatorState.js"
 
@@ -22,7 +21,7 @@ const Create = Schema.Struct({
   stream: Schema.optional(Schema.Boolean)
 })
 
-const validate = (i: SubmitInput): Either.Either<Accepted, Refused> => {
+const validate: Validate = (i) => {
   const refuse = (detail: string): Refused => ({ status: 422, body: { title: "Invalid input", detail, status: 422 } })
   return Either.flatMap(decodeStrict(Create, i.body, refuse), (b) =>
     b.version === undefined && i.model === undefined

@@ -2,13 +2,12 @@ import { HttpRouter } from "@effect/platform"
 import type { TaskRetrieveResponse } from "@runwayml/sdk/resources/tasks"
 import { Either, Schema } from "effect"
 import {
-  type Accepted,
   decodeStrict,
   outcomeOf,
   outputUrl,
   type Refused,
   type SimulatedProvider,
-  type SubmitInput
+  type Validate
 } from "../SimulatedProvider.js"
 import type { Job, Phase } from "../SimulatorState.js"
 
@@ -44,7 +43,7 @@ const ImageToVideo = Schema.Struct({
 
 const refuse = (error: string): Refused => ({ status: 400, body: { error, issues: [{ message: error }] } })
 
-const validate = (endpoint: "text_to_video" | "image_to_video") => (i: SubmitInput): Either.Either<Accepted, Refused> =>
+const validate = (endpoint: "text_to_video" | "image_to_video"): Validate => (i) =>
   i.headers["x-runway-version"] !== RUNWAY_VERSION
     ? Either.left(refuse(`X-Runway-Version header must be ${RUNWAY_VERSION}`))
     : Either.map(

@@ -1,13 +1,12 @@
 import { HttpRouter, HttpServerResponse } from "@effect/platform"
 import { Effect, Either, Schema } from "effect"
 import {
-  type Accepted,
   decodeStrict,
   outcomeOf,
   type Refused,
   type SimApi,
   type SimulatedProvider,
-  type SubmitInput
+  type Validate
 } from "../SimulatedProvider.js"
 import type { Job, Phase } from "../SimulatorState.js"
 
@@ -32,7 +31,7 @@ const refuse = (message: string, code = 400): Refused => ({
 })
 
 /** `i.model` is the model's full path; its last segment names the model. */
-const validate = (i: SubmitInput): Either.Either<Accepted, Refused> => {
+const validate: Validate = (i) => {
   const path = i.model ?? ""
   const model = path.split("/").at(-1) ?? ""
   const durations = model.startsWith("veo-2.") ? [5, 6, 7, 8] : model.startsWith("veo-3.") ? [4, 6, 8] : null
