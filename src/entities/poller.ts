@@ -84,6 +84,10 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       if (memo.nextPollAt > now) return memo.nextPollAt - now
       const pollFailures = memo.failures
       yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
+      // the breaker may have opened while this poll waited for its quota slot
+      now = yield* Clock.currentTimeMillis
+      const opened = breakers.get(attempt.provider) ?? 0
+      if (opened > now) return opened - now
       const lease = yield* schedule.claim(attempt.id, leaseMs)
       if (Option.isNone(lease)) {
         h.scheduleMemo = null

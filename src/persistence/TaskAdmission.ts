@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Data, Duration, Effect, Option, Schedule } from "effect"
+import { Data, Effect, Option, Schedule } from "effect"
 import * as S from "../config/Settings.js"
 import { domainEventOf, publicPayloadOf } from "../domain/taskEvents.js"
 import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound, WriteFenced } from "../schema/errors.js"
@@ -19,6 +19,11 @@ export const AdmissionSettings = S.area("Admission", "when new tasks are refused
     "unpublished outbox events past which new tasks are refused (503) so that existing ones keep moving",
     50_000,
     { min: 1 }
+  ),
+  backlogCheck: S.duration(
+    "OUTBOX_BACKLOG_CHECK_INTERVAL",
+    "how long admission trusts its last count of the outbox backlog before counting again",
+    "1 second"
   )
 })
 
@@ -119,12 +124,12 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
         return { task, created: true }
       }).pipe(sql.withTransaction)
 
-    const { backlogWatermark: watermark } = yield* AdmissionSettings.config
+    const { backlogCheck, backlogWatermark: watermark } = yield* AdmissionSettings.config
     const backlog = yield* Effect.cachedWithTTL(
       sql<{ n: number }>`
         SELECT count(*)::int AS n FROM (SELECT 1 FROM outbox_events WHERE published_at IS NULL
         LIMIT ${watermark + 1}) b`.pipe(Effect.map((rows) => rows[0]!.n), Effect.orElseSucceed(() => 0)),
-      Duration.seconds(1)
+      backlogCheck
     )
 
     const admit = Effect.fn("TaskAdmission.admit")(function*(a: Admission) {

@@ -1,8 +1,7 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
-import { INBOX_CHANNEL } from "../../src/persistence/channels.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
-import { layerTestDatabase, listeners, noDatabase } from "../support/database.js"
+import { layerTestDatabase, noDatabase, wakeLoopListening } from "../support/database.js"
 import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { uuid } from "../support/tasks.js"
@@ -23,8 +22,8 @@ describe.skipIf(noDatabase)("inbox low-latency path", () => {
   layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("LISTEN/NOTIFY wakes the processor at once: the task changes long before any sweep", () =>
       Effect.gen(function*() {
-        // the processor LISTENs from the start; its first sweep may take a row, the NOTIFY must take the others
-        yield* eventually(listeners(INBOX_CHANNEL), (n) => n > 0)
+        // the processor proves its LISTEN before its first drain; from then on only the NOTIFY can wake it in time
+        yield* eventually(wakeLoopListening("inbox processor"), (yes) => yes)
         for (let i = 0; i < 3; i++) {
           const videoId = `video_${uuid()}`
           const { taskId } = yield* submittedTask("openai", videoId)

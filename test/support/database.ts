@@ -1,7 +1,8 @@
 import { SqlClient } from "@effect/sql"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer, Metric, Redacted } from "effect"
 import pg from "pg"
 import { layerPostgres } from "../../src/persistence/Database.js"
+import { listeningGauge } from "../../src/persistence/WakeLoop.js"
 import { services } from "./env.js"
 
 /**
@@ -43,13 +44,9 @@ export const layerTestDatabase = (maxConnections = 10) =>
 const count = (query: (sql: SqlClient.SqlClient) => Effect.Effect<ReadonlyArray<{ n: number }>, unknown>) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => query(sql)).pipe(Effect.map(([r]) => r!.n), Effect.orDie)
 
-/** Sessions of this database whose last statement was LISTEN on `channel`: a wake loop that is listening. */
-export const listeners = (channel: string) =>
-  count((sql) =>
-    sql<{ n: number }>`
-      SELECT count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND query ILIKE ${`LISTEN%${channel}%`}`
-  )
+/** Whether this process's wake loop `loop` ("inbox processor", "outbox relay") has proven its LISTEN (WakeLoop.ts). */
+export const wakeLoopListening = (loop: string) =>
+  Metric.value(listeningGauge.pipe(Metric.tagged("loop", loop))).pipe(Effect.map((state) => state.value === 1))
 
 /** Sessions of this database waiting on a lock: a writer blocked behind another transaction's row lock. */
 export const lockWaiters = count((sql) =>
