@@ -9,7 +9,10 @@ import { freePort, quietLogs } from "../support/runner.js"
 const simPort = await Effect.runPromise(freePort)
 const PROVIDERS = ["openai", "replicate", "fal", "runway", "luma", "veo"] as const
 
-const TestLayer = layerTestProviderClients(simPort, { PROVIDER_TIMEOUT: "700 millis" }).pipe(Layer.provide(quietLogs))
+// a guard (the simulator's accept-then-timeout hangs for minutes): generous, so a loaded machine never trips it
+const TestLayer = layerTestProviderClients(simPort, { PROVIDER_TIMEOUT: `${scaled(3_000)} millis` }).pipe(
+  Layer.provide(quietLogs)
+)
 
 /** Queries the job until the simulator reports it no longer queued or running (the deadline scales). */
 const finished = <A extends { readonly status: string }>(

@@ -15,11 +15,15 @@ import { replicateRoute } from "../../src/providers/replicate.js"
 import { runwayDuration } from "../../src/providers/runway.js"
 import { veoDuration } from "../../src/providers/veo.js"
 import { layerTestProviderClients, Sim } from "../../src/testing/Simulator.js"
+import { scaled } from "../support/env.js"
 import { freePort, quietLogs } from "../support/runner.js"
 
 const simPort = await Effect.runPromise(freePort)
 const sim = `http://127.0.0.1:${simPort}`
-const TestLayer = layerTestProviderClients(simPort, { PROVIDER_TIMEOUT: "2 seconds" }).pipe(Layer.provide(quietLogs))
+// a guard, not a subject: a loaded machine may take seconds for one local request
+const TestLayer = layerTestProviderClients(simPort, { PROVIDER_TIMEOUT: `${scaled(10_000)} millis` }).pipe(
+  Layer.provide(quietLogs)
+)
 
 const right = <A>(e: Either.Either<A, string>) => Either.getOrUndefined(e)
 
@@ -107,7 +111,7 @@ const form = (fields: Record<string, string>) => {
 }
 
 describe("the simulator refuses what the real APIs refuse", () => {
-  layer(TestLayer, { timeout: 60_000, excludeTestServices: true })((it) => {
+  layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("Runway: our old submit ({model, promptText, duration: 8}, no X-Runway-Version) is refused", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim
