@@ -111,10 +111,20 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         const key = `${h.taskId}/${attempt.id}/output.mp4`
         const done = yield* operations.begin(h.taskId, attempt.id, "fetch_output", deadline)
         if (Option.isNone(done)) {
-          const stored = yield* work.run(deadline, downloader.download(request.value, key)).pipe(Effect.either)
+          const stored = yield* work.run(deadline, downloader.download(request.value, key, client.outputHosts)).pipe(
+            Effect.either
+          )
           if (Either.isLeft(stored)) {
             const e = stored.left
-            yield* Effect.logWarning("output fetch failed", e)
+            if (e.kind === "refused") {
+              // a provider's output elsewhere than its hosts: a moved CDN is fixed in its setting, anything else is
+              // an attempt on the network behind this runner
+              yield* Effect.logError(
+                `provider output refused: ${e.detail} (allowed hosts: ${attempt.provider.toUpperCase()}_OUTPUT_HOSTS)`
+              ).pipe(Effect.annotateLogs({ provider: attempt.provider }))
+            } else {
+              yield* Effect.logWarning("output fetch failed", e)
+            }
             const retryIn = retryDelay(h.failures(), 300)
             yield* operations.failed(
               h.taskId,
