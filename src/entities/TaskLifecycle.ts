@@ -13,6 +13,7 @@ import { TaskOperations } from "../persistence/TaskOperations.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
+import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
 import { makePoller } from "./poller.js"
 import { makeSubmitter } from "./submitter.js"
@@ -228,6 +229,12 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         Effect.annotateLogs({ task_id: h.taskId })
       )
 
-    return { drive } as const
+    /**
+     * An unsigned callback claimed an outcome for `attemptId`: poll it now rather than at its next turn. The entity
+     * wakes the loop (dropping its schedule memo); the poll's answer is what gets applied.
+     */
+    const recheck = (attemptId: AttemptId) => schedule.pollSoon(attemptId)
+
+    return { drive, recheck } as const
   })
 }) {}
