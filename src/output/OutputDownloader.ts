@@ -55,7 +55,7 @@ const pinnedLookup = (addresses: ReadonlyArray<LookupAddress>): LookupFunction =
   const usable = family === 0 ? addresses : addresses.filter((a) => a.family === family)
   const first = usable[0]
   if (first === undefined) {
-    callback(Object.assign(new Error(`no checked IPv${family} address`), { code: "ENOTFOUND" }), "", 0)
+    callback(Object.assign(new Error("no checked address of this family"), { code: "ENOTFOUND" }), "", 0)
   } else if (options.all === true) {
     callback(null, [...usable])
   } else {
@@ -151,9 +151,8 @@ export class OutputDownloader extends Effect.Service<OutputDownloader>()("Output
           const next = URL.canParse(location, url) ? new URL(location, url) : null
           if (next === null) return yield* refuse("scheme", `redirect to an invalid URL ${location}`)
           yield* Effect.logDebug("output redirected").pipe(Effect.annotateLogs({ to: next.host }))
-          request = next.origin === url.origin
-            ? HttpClientRequest.setUrl(request, next.href)
-            : HttpClientRequest.get(next.href)
+          const headers = next.origin === url.origin ? request.headers : {}
+          request = HttpClientRequest.get(next.href).pipe(HttpClientRequest.setHeaders(headers))
         }
       })
 
