@@ -17,6 +17,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
 import { devSecret } from "../src/simulator/devSecrets.js"
+import { simulatorOutputHosts } from "../src/simulator/embedded.js"
 import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
 import { freePort, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
@@ -53,6 +54,7 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string)
   const { child } = await startRunnerProcess({
     DATABASE_URL: databaseUrl,
     RUNWAY_BASE_URL: `${simUrl}/runway`,
+    ...simulatorOutputHosts(simUrl, ["runway"]),
     RUNWAY_LOOKUP: "true",
     // events go through the in-process queue: this bench measures polling (bench:propagation the queue)
     ROCKETMQ_ENDPOINTS: "",

@@ -2,6 +2,7 @@ import { Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
 import { StorageUnavailable, TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
+import { AttemptId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { TaskSnapshot } from "../schema/task.js"
 
@@ -23,6 +24,8 @@ const WriteErrors = Schema.Union(TaskNotFound, WriteFenced, VersionConflict, Sto
  * - Observe: the provider_callback_inbox row (webhooks) or the poller's own schedule in task_attempts (polls)
  *   is the durable record; the sender re-drives until the entity has answered. A persisted message would
  *   be a second durable write per observation (~600/s persisted vs ~2,000/s volatile measured here).
+ * - Recheck: likewise re-driven from its inbox row. An unsigned callback claimed an outcome: the attempt is polled
+ *   now, and the provider's answer, not the claim, is applied.
  * - Start / Cancel: the HTTP API answers only after the entity replied, so the client's retry (idempotent by
  *   task state) is the re-drive; a lost Start is picked up by the sweeper from the task row.
  * - GetSnapshot: a read.
@@ -38,6 +41,10 @@ export const GenerationTask = Entity.make("GenerationTask", [
     payload: ProviderObservation,
     success: CommandResult,
     error: WriteErrors
+  }),
+  Rpc.make("Recheck", {
+    payload: { attemptId: AttemptId, traceId: Schema.String },
+    error: ReadErrors
   }),
   Rpc.make("Cancel", {
     payload: { traceId: Schema.String },

@@ -8,6 +8,7 @@ import type { TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
+import type { TaskHandle } from "./taskHandle.js"
 import { TaskLifecycle } from "./TaskLifecycle.js"
 
 /** How many times one message re-evaluates after losing the version CAS before giving up. */
@@ -85,6 +86,20 @@ export const GenerationTaskLive = GenerationTask.toLayer(
       }).pipe(Effect.annotateLogs({ task_id: taskId, trace_id: observation.traceId }))
 
     let failures = 0
+    const handle: TaskHandle = {
+      taskId,
+      current,
+      apply,
+      observe,
+      waitForChange: (ms) =>
+        Effect.ignore(Effect.timeout(Queue.take(changed), Duration.millis(Math.min(ms, 2 ** 31 - 1)))),
+      scheduleMemo: null,
+      failed: () => ++failures,
+      failures: () => failures,
+      succeeded: () => {
+        failures = 0
+      }
+    }
     // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
     // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again.
     yield* Effect.gen(function*() {
@@ -92,20 +107,7 @@ export const GenerationTaskLive = GenerationTask.toLayer(
       const loaded = yield* Ref.get(cache)
       if (Option.isSome(loaded) && !isActive(loaded.value.task.status)) return
       yield* Entity.keepAlive(true)
-      yield* lifecycle.drive({
-        taskId,
-        current,
-        apply,
-        observe,
-        waitForChange: (ms) =>
-          Effect.ignore(Effect.timeout(Queue.take(changed), Duration.millis(Math.min(ms, 2 ** 31 - 1)))),
-        scheduleMemo: null,
-        failed: () => ++failures,
-        failures: () => failures,
-        succeeded: () => {
-          failures = 0
-        }
-      })
+      yield* lifecycle.drive(handle)
       yield* Entity.keepAlive(false)
     }).pipe(Effect.provideService(Entity.CurrentAddress, address), Effect.forkScoped)
 
@@ -113,6 +115,16 @@ export const GenerationTaskLive = GenerationTask.toLayer(
       Start: () => Effect.map(current, (s) => s.task),
       GetSnapshot: () => Effect.map(current, (s) => s.task),
       Observe: ({ payload }) => observe(payload),
+      Recheck: ({ payload }) =>
+        lifecycle.recheck(payload.attemptId).pipe(
+          Effect.zipRight(Effect.sync(() => {
+            // the poll schedule is in PostgreSQL now: the loop reads it again, at once
+            handle.scheduleMemo = null
+          })),
+          Effect.zipRight(Queue.offer(changed, undefined)),
+          Effect.asVoid,
+          Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
+        ),
       Cancel: ({ payload }) =>
         apply((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
           .pipe(Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId }))

@@ -13,6 +13,7 @@ import { TaskOperations } from "../persistence/TaskOperations.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
+import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
 import { makePoller } from "./poller.js"
 import { makeSubmitter } from "./submitter.js"
@@ -111,10 +112,20 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         const key = `${h.taskId}/${attempt.id}/output.mp4`
         const done = yield* operations.begin(h.taskId, attempt.id, "fetch_output", deadline)
         if (Option.isNone(done)) {
-          const stored = yield* work.run(deadline, downloader.download(request.value, key)).pipe(Effect.either)
+          const stored = yield* work.run(deadline, downloader.download(request.value, key, client.outputHosts)).pipe(
+            Effect.either
+          )
           if (Either.isLeft(stored)) {
             const e = stored.left
-            yield* Effect.logWarning("output fetch failed", e)
+            if (e.kind === "refused") {
+              // a provider's output elsewhere than its hosts: a moved CDN is fixed in its setting, anything else is
+              // an attempt on the network behind this runner
+              yield* Effect.logError(
+                `provider output refused: ${e.detail} (allowed hosts: ${attempt.provider.toUpperCase()}_OUTPUT_HOSTS)`
+              ).pipe(Effect.annotateLogs({ provider: attempt.provider }))
+            } else {
+              yield* Effect.logWarning("output fetch failed", e)
+            }
             const retryIn = retryDelay(h.failures(), 300)
             yield* operations.failed(
               h.taskId,
@@ -218,6 +229,12 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         Effect.annotateLogs({ task_id: h.taskId })
       )
 
-    return { drive } as const
+    /**
+     * An unsigned callback claimed an outcome for `attemptId`: poll it now rather than at its next turn. The entity
+     * wakes the loop (dropping its schedule memo); the poll's answer is what gets applied.
+     */
+    const recheck = (attemptId: AttemptId) => schedule.pollSoon(attemptId)
+
+    return { drive, recheck } as const
   })
 }) {}

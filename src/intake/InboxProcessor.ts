@@ -1,10 +1,10 @@
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Either, Layer, Schedule } from "effect"
+import { Duration, Effect, Either, Layer, Metric, Schedule } from "effect"
 import { backoffMillis } from "../domain/backoff.js"
 import { TaskClient } from "../entities/TaskClient.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { runWakeLoop } from "../persistence/WakeLoop.js"
-import type { ProviderReport } from "../providers/ProviderAdapter.js"
+import { isTerminalReport, type ProviderReport, signsBody, unconfirmed } from "../providers/ProviderAdapter.js"
 import { webhookProtocolOf } from "../providers/providers.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
@@ -28,6 +28,11 @@ interface InboxRow {
   readonly retry_count: number
 }
 
+/** Outcomes claimed by unsigned callbacks (Luma's), each confirmed by a provider query before it counts. */
+const unsignedClaims = Metric.counter("unsigned_callback_claims_total", {
+  description: "terminal states claimed by unsigned callbacks, sent to a provider query instead of applied"
+})
+
 /** Seconds a row that must wait waits before its next try: the one backoff from 1 s, capped. */
 const backoffSeconds = (retry: number, capSeconds: number) =>
   backoffMillis(retry, { baseMs: 1000, capMs: capSeconds * 1000 }) / 1000
@@ -37,7 +42,8 @@ const backoffSeconds = (retry: number, capSeconds: number) =>
  * a runner that dies mid-batch only delays its rows), maps each to its attempt, sends the observation to the
  * task's entity and marks it processed. A callback that beats the submit response (no attempt knows its
  * provider task id yet) is an orphan: retried with backoff, flagged after ORPHAN_FLAG_AFTER tries, never
- * dropped. A row that cannot be read is a poison row: dead letter, with the reason.
+ * dropped. A row that cannot be read is a poison row: dead letter, with the reason. A terminal state from an unsigned
+ * callback (Luma's: only the URL token says who sent it) is not applied: it wakes a poll of that attempt.
  * LISTEN/NOTIFY wakes it at once; a sweep every INBOX_SWEEP_INTERVAL is the safety net.
  */
 export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
@@ -114,7 +120,14 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         if (flagged) yield* Effect.logWarning("orphan callback: no attempt knows it yet")
         return yield* retryLater(row, "orphan", flagged ? "orphan" : "retry", 600)
       }
-      const r = report.right
+      // an unsigned callback's outcome is a claim: applied as "running" (no outcome, no output), and the attempt is
+      // polled at once, so the provider's own answer decides
+      const claim = !signsBody(protocol.scheme) && isTerminalReport(report.right)
+      const r = claim ? unconfirmed(report.right) : report.right
+      if (claim) {
+        yield* Effect.logInfo(`unsigned callback claims ${report.right.status}: confirming it with a provider query`)
+        yield* Metric.increment(unsignedClaims)
+      }
       const observation = new ProviderObservation({
         provider: row.provider as ProviderName,
         providerEventId: row.provider_event_id,
@@ -135,10 +148,15 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         payloadHash: row.payload_hash.toString("hex"),
         traceId: `inbox-${row.id}`
       }, trusted)
-      const sent = yield* tasks.send(attempt.task_id as TaskId, (c) => c.Observe(observation)).pipe(
-        Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => ({ _tag: "Timeout" as const }) }),
-        Effect.either
-      )
+      const taskId = attempt.task_id as TaskId
+      const recheck = tasks.send(taskId, (c) =>
+        c.Recheck({ attemptId: observation.attemptId, traceId: observation.traceId }))
+      const sent = yield* tasks.send(taskId, (c) =>
+        c.Observe(observation)).pipe(
+          Effect.zipLeft(claim ? recheck : Effect.void),
+          Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => ({ _tag: "Timeout" as const }) }),
+          Effect.either
+        )
       if (Either.isRight(sent)) return yield* markProcessed(row.id)
       if (sent.left._tag === "TaskNotFound") return yield* markDead(row.id, "task_not_found", attempt.task_id)
       if (row.retry_count + 1 >= maxRetries) return yield* markDead(row.id, sent.left._tag, "retries exhausted")

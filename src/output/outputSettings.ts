@@ -1,4 +1,5 @@
 import * as S from "../config/Settings.js"
+import { hostPatternList } from "./hostPatterns.js"
 
 /** The output pipeline: where outputs are stored, what is accepted, how many are fetched at once. */
 export const OutputSettings = S.area("Output", "copying finished outputs from the providers into our store", {
@@ -18,5 +19,13 @@ export const OutputSettings = S.area("Output", "copying finished outputs from th
     ),
     (s): ReadonlySet<string> => new Set(s.split(",").map((t) => t.trim().toLowerCase()).filter((t) => t.length > 0))
   ),
-  downloadTimeout: S.duration("OUTPUT_DOWNLOAD_TIMEOUT", "how long one output download may take", "10 minutes")
+  downloadTimeout: S.duration("OUTPUT_DOWNLOAD_TIMEOUT", "how long one output download may take", "10 minutes"),
+  privateHosts: hostPatternList(
+    "OUTPUT_PRIVATE_HOSTS",
+    "for the provider simulator only: exact host:port entries whose loopback or private addresses outputs may come " +
+      "from (still only where the provider's <PROVIDER>_OUTPUT_HOSTS allows them; link-local, metadata and " +
+      "unspecified addresses never). Empty in production",
+    [],
+    { subdomains: false }
+  )
 })

@@ -82,6 +82,13 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
         WHERE id = ${attemptId}`
     }, Effect.catchTag("SqlError", unavailable))
 
+    /** Brings the attempt's next poll forward to now (never later): an unsigned callback must be confirmed. */
+    const pollSoon = Effect.fn("AttemptSchedule.pollSoon")(function*(attemptId: AttemptId) {
+      yield* sql`
+        UPDATE task_attempts SET next_poll_at = now()
+        WHERE id = ${attemptId} AND (next_poll_at IS NULL OR next_poll_at > now())`
+    }, Effect.catchTag("SqlError", unavailable))
+
     const markCancelSent = Effect.fn("AttemptSchedule.markCancelSent")(function*(attemptId: AttemptId) {
       yield* sql`UPDATE task_attempts SET cancel_sent_at = now() WHERE id = ${attemptId}`
     }, Effect.catchTag("SqlError", unavailable))
@@ -125,6 +132,6 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
       }
     }, Effect.catchTag("SqlError", unavailable))
 
-    return { requestOf, get, claim, finish, schedule, markCancelSent, acquireSlot } as const
+    return { requestOf, get, claim, finish, schedule, pollSoon, markCancelSent, acquireSlot } as const
   })
 }) {}

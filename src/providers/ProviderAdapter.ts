@@ -25,6 +25,30 @@ export interface ProviderReport {
   readonly outputRefs: ReadonlyArray<string>
 }
 
+/**
+ * Whether a scheme signs the body. A callback token (Luma) signs nothing: it says the caller holds our callback URL
+ * (the provider, or whoever saw the URL), not that what the body says is true.
+ */
+export const signsBody = (scheme: WebhookScheme): boolean => scheme !== "callback-token"
+
+export const isTerminalReport = (r: ProviderReport): boolean =>
+  r.status === "succeeded" || r.status === "failed" || r.status === "canceled"
+
+/**
+ * What an unsigned terminal report may say before a query to the provider confirms it: that the job exists and
+ * runs, nothing of its outcome or output. Applied as such it still binds an attempt to its provider id (a callback
+ * that beats a lost submit response), and can neither end a task nor name its output.
+ */
+export const unconfirmed = (r: ProviderReport): ProviderReport => ({
+  ...r,
+  status: "running",
+  stage: null,
+  progress: null,
+  errorClass: null,
+  errorCode: null,
+  outputRefs: []
+})
+
 /** The webhook side of a provider: how it signs and how its bodies read. */
 export interface WebhookProtocol {
   readonly scheme: WebhookScheme

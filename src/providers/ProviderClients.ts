@@ -44,7 +44,8 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
         query: core.query,
         cancel: core.cancel,
         lookup: lookup ?? (() => Effect.fail(new LookupUnsupported({ provider: d.name }))),
-        outputRequest: (ref) => Option.orElse(core.outputRequest?.(ref) ?? Option.none(), () => publicOutput(ref))
+        outputRequest: (ref) => Option.orElse(core.outputRequest?.(ref) ?? Option.none(), () => publicOutput(ref)),
+        outputHosts: s.outputHosts
       }]
     }))
     return {

@@ -1,6 +1,7 @@
 import type { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Config, type Effect, type Either, type Option } from "effect"
 import type { Setting } from "../config/Settings.js"
+import type { HostPattern } from "../output/hostPatterns.js"
 import type { LookupUnsupported, ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
 import type { ProviderReport, WebhookProtocol } from "./ProviderAdapter.js"
 import type { SignatureRejection, Verified, VersionedSecret } from "./signatures.js"
@@ -45,6 +46,8 @@ export interface ProviderClient {
   ) => Effect.Effect<Option.Option<string>, ProviderCallFailed | LookupUnsupported>
   /** How to download one output reference (None: a location this client cannot fetch, e.g. gs://). */
   readonly outputRequest: (ref: string) => Option.Option<HttpClientRequest.HttpClientRequest>
+  /** Where its outputs may be downloaded from, redirects included (<NAME>_OUTPUT_HOSTS). */
+  readonly outputHosts: ReadonlyArray<HostPattern>
 }
 
 /** What every client is built with: its transport (base URL, credentials, timeout) and our callback address. */
@@ -91,6 +94,11 @@ export interface ProviderDefinition {
   readonly name: string
   readonly title: string
   readonly defaultBaseUrl: string
+  /**
+   * The hosts its output URLs are on (`*.suffix` for subdomains): outputs are downloaded from these only, and an
+   * output URL elsewhere is refused. <NAME>_OUTPUT_HOSTS replaces the list.
+   */
+  readonly outputHosts: ReadonlyArray<string>
   /** A model this definition accepts (the tests and the simulator's examples use it). */
   readonly exampleModel: string
   /** How the API key is presented (`Authorization: Bearer …`, fal's `Key …`). */

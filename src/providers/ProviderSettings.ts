@@ -1,4 +1,5 @@
 import * as S from "../config/Settings.js"
+import { hostPatternList } from "../output/hostPatterns.js"
 import type { ProviderDefinition } from "./ProviderDefinition.js"
 import { providers } from "./providers.js"
 import { secretPair } from "./webhookVerifiers.js"
@@ -17,6 +18,11 @@ const clientSettings = (d: ProviderDefinition) =>
       `${env(d)}_LOOKUP`,
       `${d.title} endpoint answers the simulator's lookup by idempotency key (GET /_lookup/{key})`,
       false
+    ),
+    outputHosts: hostPatternList(
+      `${env(d)}_OUTPUT_HOSTS`,
+      `hosts ${d.title}'s outputs are downloaded from, redirects included (*.suffix: subdomains; host:port: that port)`,
+      d.outputHosts
     ),
     client: d.client
   })

@@ -103,6 +103,8 @@ export const fal: ProviderDefinition = {
   name: "fal",
   title: "fal.ai queue",
   defaultBaseUrl: "https://queue.fal.run",
+  // fal's CDN: https://v3.fal.media/files/…
+  outputHosts: ["fal.media", "*.fal.media"],
   exampleModel: models[0],
   // fal's key scheme, not Bearer (the SDK's request.js)
   authHeaders: (key) => ({ authorization: `Key ${key}` }),

@@ -74,6 +74,8 @@ export const luma: ProviderDefinition = {
   name: "luma",
   title: "Luma Dream Machine",
   defaultBaseUrl: "https://api.lumalabs.ai",
+  // generation assets: https://storage.cdn-luma.com/dream_machine/…
+  outputHosts: ["storage.cdn-luma.com"],
   exampleModel: "ray-2",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
   check: (r) => allowed(lumaCheck(r.model, r.durationSeconds)),

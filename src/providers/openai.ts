@@ -91,6 +91,8 @@ export const openai: ProviderDefinition = {
   name: "openai",
   title: "OpenAI Videos",
   defaultBaseUrl: "https://api.openai.com",
+  // the MP4 is served by the API itself (GET /videos/{id}/content)
+  outputHosts: ["api.openai.com"],
   exampleModel: "sora-2",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
   check: (r) => allowed(openaiCheck(r.model, r.durationSeconds)),

@@ -98,6 +98,8 @@ export const replicate: ProviderDefinition = {
   name: "replicate",
   title: "Replicate",
   defaultBaseUrl: "https://api.replicate.com",
+  // prediction outputs: https://replicate.delivery/… and its subdomains (pbxt.replicate.delivery)
+  outputHosts: ["replicate.delivery", "*.replicate.delivery"],
   exampleModel: "kwaivgi/kling-v2.1",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
   check: (r) => allowed(Either.flatMap(replicateRoute(r.model), () => replicateDuration(r.durationSeconds))),

@@ -87,6 +87,8 @@ export const runway: ProviderDefinition = {
   name: "runway",
   title: "Runway",
   defaultBaseUrl: "https://api.dev.runwayml.com",
+  // the CloudFront host of Runway's documented task outputs (docs.dev.runwayml.com, API Output Formats)
+  outputHosts: ["dnznrvs05pmza.cloudfront.net"],
   exampleModel: "gen4.5",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
   headers: { "x-runway-version": RUNWAY_VERSION },

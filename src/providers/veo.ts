@@ -78,6 +78,8 @@ export const veo: ProviderDefinition = {
   name: "veo",
   title: "Google Veo (Vertex AI)",
   defaultBaseUrl: "https://us-central1-aiplatform.googleapis.com",
+  // gs:// URIs are not fetched; an https form of them is Cloud Storage's
+  outputHosts: ["storage.googleapis.com"],
   exampleModel: "veo-3.0-generate-001",
   // an OAuth access token (gcloud auth print-access-token), not an API key
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),

@@ -8,6 +8,15 @@ export const SIMULATED_PROVIDERS: ReadonlyArray<string> = providerNames
 export const simulatorBaseUrls = (sim: string, providers: ReadonlyArray<string>): Record<string, string> =>
   Object.fromEntries(providers.map((p) => [`${p.toUpperCase()}_BASE_URL`, `${sim}/${p}`]))
 
+/**
+ * The platform's settings that let `providers`' outputs come from the simulator at `sim`: its host:port is each
+ * one's only output host, and the one whose loopback address is accepted.
+ */
+export const simulatorOutputHosts = (sim: string, providers: ReadonlyArray<string>): Record<string, string> => ({
+  OUTPUT_PRIVATE_HOSTS: new URL(sim).host,
+  ...Object.fromEntries(providers.map((p) => [`${p.toUpperCase()}_OUTPUT_HOSTS`, new URL(sim).host]))
+})
+
 /** The platform's settings for talking to the simulator at `sim` (and receiving its webhooks at `platform`). */
 export const simulatorEnv = (platform: string, sim: string, providers: ReadonlyArray<string>) => ({
   OPENAI_WEBHOOK_SECRET: devSecret("openai"),
@@ -17,5 +26,6 @@ export const simulatorEnv = (platform: string, sim: string, providers: ReadonlyA
   FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
   PUBLIC_BASE_URL: platform,
   INBOX_SWEEP_INTERVAL: "200 millis",
-  ...simulatorBaseUrls(sim, providers)
+  ...simulatorBaseUrls(sim, providers),
+  ...simulatorOutputHosts(sim, providers)
 })

@@ -34,7 +34,10 @@ export const settingsProvider = (settings: Readonly<Record<string, string>>) =>
  * Entities that only apply the observations and commands sent to them, with no lifecycle of their own (no
  * submissions, polls or output downloads): for testing the entity and what reacts to it in isolation.
  */
-export const layerLifecycleDisabled = Layer.succeed(TaskLifecycle, TaskLifecycle.make({ drive: () => Effect.void }))
+export const layerLifecycleDisabled = Layer.succeed(
+  TaskLifecycle,
+  TaskLifecycle.make({ drive: () => Effect.void, recheck: () => Effect.void })
+)
 
 /** The HTTP app (API, live page, webhook gateway, event streams) on its own server on a free port, with a client. */
 export const layerHttpTest = Layer.unwrapEffect(Effect.sync(() => {

@@ -14,7 +14,9 @@ import { admitTask } from "../support/tasks.js"
 const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
 const platform = `http://127.0.0.1:${httpPort}`
 const sim = `http://127.0.0.1:${simPort}`
-const PROVIDERS = ["openai", "replicate", "fal", "luma"] as const
+// Luma is not here: its callbacks are unsigned, so an outcome they claim only wakes a poll of the task's lifecycle,
+// which this runner does not run (output-ssrf.test.ts and lifecycle.test.ts take Luma to its end)
+const PROVIDERS = ["openai", "replicate", "fal"] as const
 const settings = simulatorEnv(platform, sim, PROVIDERS)
 
 const SimLive = layerSim(simPort, platform)

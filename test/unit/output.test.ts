@@ -1,4 +1,4 @@
-import { FetchHttpClient, HttpClientRequest, HttpRouter, HttpServer, HttpServerResponse } from "@effect/platform"
+import { HttpClientRequest, HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { describe, expect, it, layer } from "@effect/vitest"
 import {
@@ -20,9 +20,10 @@ import * as fs from "node:fs/promises"
 import { createServer } from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
+import { parseHostPattern } from "../../src/output/hostPatterns.js"
 import { probeMp4 } from "../../src/output/mp4Probe.js"
 import { layerFilesystem, ObjectStore } from "../../src/output/ObjectStore.js"
-import { OutputDownloader } from "../../src/output/OutputDownloader.js"
+import { HostResolver, OutputDownloader } from "../../src/output/OutputDownloader.js"
 import { sampleMp4 } from "../../src/simulator/sampleMp4.js"
 
 const concat = (...parts: ReadonlyArray<Uint8Array>) => Buffer.concat(parts)
@@ -183,8 +184,28 @@ const router = HttpRouter.empty.pipe(
   ),
   HttpRouter.get("/gone", Effect.succeed(HttpServerResponse.empty({ status: 404 }))),
   HttpRouter.get("/busy", Effect.succeed(HttpServerResponse.empty({ status: 503 }))),
-  HttpRouter.get("/denied", Effect.succeed(HttpServerResponse.empty({ status: 403 })))
+  HttpRouter.get("/denied", Effect.succeed(HttpServerResponse.empty({ status: 403 }))),
+  // `/to?url=<url>`: 302 to <url>
+  HttpRouter.get(
+    "/to",
+    Effect.map(HttpServerRequest.HttpServerRequest, (req) =>
+      HttpServerResponse.empty({
+        status: 302,
+        headers: { location: new URL(req.url, "http://x").searchParams.get("url") ?? "/" }
+      }))
+  ),
+  HttpRouter.get("/loop", Effect.succeed(HttpServerResponse.empty({ status: 302, headers: { location: "/loop" } }))),
+  // answers the video, remembering the Authorization header it was sent
+  HttpRouter.get(
+    "/private.mp4",
+    Effect.map(HttpServerRequest.HttpServerRequest, (req) => {
+      authorizations.push(req.headers["authorization"] ?? null)
+      return HttpServerResponse.uint8Array(video, { contentType: "video/mp4" })
+    })
+  )
 )
+
+const authorizations: Array<string | null> = []
 
 class Origin extends Context.Tag("Origin")<Origin, string>() {}
 
@@ -198,21 +219,45 @@ const OriginLive = Layer.scoped(
   })
 ).pipe(Layer.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: 0 })))
 
+/**
+ * Names only this test knows: `cdn.test` is the origin (loopback, accepted as a simulator's would be), `mixed.test`
+ * has a public and a loopback address. Other names go to the system resolver.
+ */
+const fakeDns: Record<string, ReadonlyArray<{ address: string; family: number }>> = {
+  "cdn.test": [{ address: "127.0.0.1", family: 4 }],
+  "mixed.test": [{ address: "93.184.216.34", family: 4 }, { address: "127.0.0.1", family: 4 }]
+}
+const systemResolver = HostResolver.defaultValue()
+
 const DownloaderLive = OutputDownloader.Default.pipe(
   Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(
-    new Map([["OUTPUT_MAX_BYTES", String(LIMIT)], ["OUTPUT_DOWNLOAD_TIMEOUT", "2 seconds"]])
+    new Map([
+      ["OUTPUT_MAX_BYTES", String(LIMIT)],
+      ["OUTPUT_DOWNLOAD_TIMEOUT", "2 seconds"],
+      // the origin is on loopback: accepted for these two names only (not `localhost`)
+      ["OUTPUT_PRIVATE_HOSTS", "127.0.0.1,cdn.test"]
+    ])
   ))),
-  Layer.provide(FetchHttpClient.layer)
+  Layer.provide(Layer.succeed(HostResolver, (host) => {
+    const answer = fakeDns[host]
+    return answer === undefined ? systemResolver(host) : Promise.resolve(answer)
+  }))
 )
+
+const hosts = (...entries: ReadonlyArray<string>) => entries.map((e) => Either.getOrThrow(parseHostPattern(e)))
+const originHosts = hosts("127.0.0.1")
 
 const download = (route: string, key: string) =>
   Effect.gen(function*() {
     const origin = yield* Origin
-    return yield* (yield* OutputDownloader).download(HttpClientRequest.get(`${origin}${route}`), key)
+    return yield* (yield* OutputDownloader).download(HttpClientRequest.get(`${origin}${route}`), key, originHosts)
   })
 
 const failureOf = (route: string, key: string) =>
   Effect.map(Effect.flip(download(route, key)), (e) => ({ kind: e.kind, retryable: e.retryable }))
+
+/** The origin's port, for URLs that name it by another host. */
+const originPort = Effect.map(Origin, (o) => new URL(o).port)
 
 describe("OutputDownloader", () => {
   const TestLayer = Layer.mergeAll(OriginLive, DownloaderLive.pipe(Layer.provideMerge(StoreLive))).pipe(
@@ -285,9 +330,98 @@ describe("OutputDownloader", () => {
     it.effect("a connection refused is a retryable network failure", () =>
       Effect.gen(function*() {
         const error = yield* Effect.flip(
-          (yield* OutputDownloader).download(HttpClientRequest.get("http://127.0.0.1:1/x.mp4"), "t/a/o.mp4")
+          (yield* OutputDownloader).download(
+            HttpClientRequest.get("http://127.0.0.1:1/x.mp4"),
+            "t/a/o.mp4",
+            originHosts
+          )
         )
         expect({ kind: error.kind, retryable: error.retryable }).toEqual({ kind: "network", retryable: true })
+      }))
+
+    const fetchFrom = (url: string, allowed: ReadonlyArray<string>, headers: Record<string, string> = {}) =>
+      Effect.flatMap(OutputDownloader, (d) =>
+        d.download(
+          HttpClientRequest.get(url).pipe(HttpClientRequest.setHeaders(headers)),
+          `redirect-${crypto.randomUUID()}/a/output.mp4`,
+          hosts(...allowed)
+        ))
+    const refusal = (url: string, allowed: ReadonlyArray<string>) =>
+      Effect.map(
+        Effect.flip(fetchFrom(url, allowed)),
+        (e) => ({ kind: e.kind, retryable: e.retryable, detail: e.detail })
+      )
+
+    it.effect("a host outside the provider's list is refused before any request", () =>
+      Effect.gen(function*() {
+        const port = yield* originPort
+        expect(yield* refusal(`http://127.0.0.1:${port}/ok.mp4`, ["storage.cdn-luma.com"])).toEqual({
+          kind: "refused",
+          retryable: false,
+          detail: `127.0.0.1:${port} is not an allowed output host of this provider`
+        })
+        // a port in the list allows that port only
+        expect((yield* refusal(`http://127.0.0.1:${port}/ok.mp4`, ["127.0.0.1:1"])).kind).toBe("refused")
+        expect((yield* refusal(`file:///etc/passwd`, ["127.0.0.1"])).detail).toBe("file: URLs are not fetched")
+      }))
+
+    it.effect("loopback, private, metadata and mapped addresses are refused whatever their spelling", () =>
+      Effect.gen(function*() {
+        const port = yield* originPort
+        // allowed hosts, but not OUTPUT_PRIVATE_HOSTS: only the address can refuse them
+        const cases = [
+          [`http://localhost:${port}/ok.mp4`, "localhost", "(loopback)"],
+          // 10.0.0.1 spelt as a number: URLs normalize it, and so the list and the check see 10.0.0.1
+          ["http://167772161/x.mp4", "10.0.0.1", "10.0.0.1 (private)"],
+          [`http://[::ffff:127.0.0.1]:${port}/ok.mp4`, "[::ffff:7f00:1]", "(loopback)"],
+          [`http://[::1]:${port}/ok.mp4`, "[::1]", "(loopback)"],
+          ["http://169.254.169.254/latest/meta-data/", "169.254.169.254", "(metadata)"],
+          ["http://10.1.2.3/x.mp4", "10.1.2.3", "(private)"],
+          ["http://0.0.0.0/x.mp4", "0.0.0.0", "(unspecified)"],
+          // one loopback address among public ones is enough: the connection could pick it
+          [`http://mixed.test:${port}/ok.mp4`, "mixed.test", "resolves to 127.0.0.1 (loopback)"]
+        ] as const
+        for (const [url, allowed, reason] of cases) {
+          const e = yield* refusal(url, [allowed])
+          expect([url, e.kind, e.retryable]).toEqual([url, "refused", false])
+          expect(e.detail).toContain(reason)
+        }
+      }))
+
+    it.effect("a name is connected to at the address that was checked (cdn.test exists only in the test's DNS)", () =>
+      Effect.gen(function*() {
+        const port = yield* originPort
+        const stored = yield* fetchFrom(`http://cdn.test:${port}/ok.mp4`, ["cdn.test"])
+        expect(stored.sha256).toBe(sha256(video))
+      }))
+
+    it.effect("redirects are followed on allowed hosts, each hop checked, our headers kept on the same origin only", () =>
+      Effect.gen(function*() {
+        const port = yield* originPort
+        const origin = `http://127.0.0.1:${port}`
+        const to = (url: string) => `${origin}/to?url=${encodeURIComponent(url)}`
+        const auth = { authorization: "Bearer our-key" }
+        authorizations.length = 0
+        // same origin: followed with our header
+        expect((yield* fetchFrom(to("/private.mp4"), ["127.0.0.1"], auth)).sha256).toBe(sha256(video))
+        // another allowed origin (the same server by another name): followed, without our header
+        const other = `http://cdn.test:${port}/private.mp4`
+        expect((yield* fetchFrom(to(other), ["127.0.0.1", "cdn.test"], auth)).sha256).toBe(sha256(video))
+        expect(authorizations).toEqual(["Bearer our-key", null])
+
+        // to a host not on the list, to loopback by name, to the metadata address: refused, nothing fetched there
+        expect((yield* refusal(to(other), ["127.0.0.1"])).detail).toContain("not an allowed output host")
+        expect((yield* refusal(to(`http://localhost:${port}/private.mp4`), ["127.0.0.1", "localhost"])).detail)
+          .toContain("(loopback)")
+        expect(
+          (yield* refusal(to("http://169.254.169.254/latest/meta-data/"), ["127.0.0.1", "169.254.169.254"])).detail
+        )
+          .toContain("(metadata)")
+        expect(authorizations).toHaveLength(2)
+
+        // a loop ends after 5 redirects
+        expect((yield* refusal(`${origin}/loop`, ["127.0.0.1"])).detail)
+          .toBe("more than 5 redirects")
       }))
   })
 })

@@ -1,8 +1,9 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Effect, Either, Layer, Option } from "effect"
 import { falAppRoot, falDuration } from "../../src/providers/fal.js"
-import { lumaDuration } from "../../src/providers/luma.js"
+import { lumaDuration, lumaWebhooks } from "../../src/providers/luma.js"
 import { openaiSeconds } from "../../src/providers/openai.js"
+import { isTerminalReport, signsBody, unconfirmed } from "../../src/providers/ProviderAdapter.js"
 import { ProviderClients } from "../../src/providers/ProviderClients.js"
 import type { Resolution } from "../../src/providers/ProviderDefinition.js"
 import { providers } from "../../src/providers/providers.js"
@@ -65,13 +66,33 @@ describe("duration_seconds → each provider's allowed values", () => {
   })
 })
 
+describe("unsigned callbacks", () => {
+  it("only Luma's are unsigned; what they claim of an outcome is applied as running, without output", () => {
+    expect(providers.filter((p) => p.webhook !== undefined && !signsBody(p.webhook.protocol.scheme)).map((p) => p.name))
+      .toEqual(["luma"])
+    const claim = Either.getOrThrow(lumaWebhooks.parse({
+      id: "gen-1",
+      state: "completed",
+      assets: { video: "http://127.0.0.1:6379/internal" }
+    }))
+    expect(isTerminalReport(claim)).toBe(true)
+    expect(unconfirmed(claim)).toEqual({ ...claim, status: "running", stage: null, outputRefs: [] })
+    const failed = Either.getOrThrow(lumaWebhooks.parse({ id: "gen-1", state: "failed", failure_reason: "x" }))
+    expect(unconfirmed(failed)).toMatchObject({ status: "running", errorClass: null, errorCode: null })
+    expect(isTerminalReport(unconfirmed(failed))).toBe(false)
+  })
+})
+
 describe("provider settings, built from the list", () => {
   it("keep every environment name, each described", () => {
     const docs = [...ProviderSettings.docs, ...ProviderWebhookSettings.docs, ...CallbackTokenSettings.docs]
     const names = docs.map((d) => d.name)
     for (const p of providers) {
       const n = p.name.toUpperCase()
-      expect(names).toEqual(expect.arrayContaining([`${n}_BASE_URL`, `${n}_API_KEY`, `${n}_LOOKUP`]))
+      expect(names).toEqual(
+        expect.arrayContaining([`${n}_BASE_URL`, `${n}_API_KEY`, `${n}_LOOKUP`, `${n}_OUTPUT_HOSTS`])
+      )
+      expect(docs.find((d) => d.name === `${n}_OUTPUT_HOSTS`)?.default).toBe(p.outputHosts.join(","))
       expect(docs.find((d) => d.name === `${n}_BASE_URL`)?.default).toBe(p.defaultBaseUrl)
     }
     expect(names).toEqual(expect.arrayContaining([

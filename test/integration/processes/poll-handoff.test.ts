@@ -7,6 +7,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { layerPostgres } from "../../../src/persistence/Database.js"
 import { layerStores } from "../../../src/runners/Runner.js"
+import { simulatorOutputHosts } from "../../../src/simulator/embedded.js"
 import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration, services } from "../../support/env.js"
 import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
@@ -48,6 +49,7 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
     HTTP_PORT: String(httpPort),
     RUNNER_PORT: String(runnerPort),
     RUNWAY_BASE_URL: `${sim}/runway`,
+    ...simulatorOutputHosts(sim, ["runway"]),
     RUNWAY_LOOKUP: "true",
     POLL_INTERVAL_SCALE: "0.05",
     OBJECT_STORE_DIR: objects,
