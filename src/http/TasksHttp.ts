@@ -2,7 +2,6 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Either, Option } from "effect"
 import { createHash } from "node:crypto"
 import { TaskClient } from "../entities/TaskClient.js"
-import { EventLog } from "../persistence/EventLog.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { definitionOf } from "../providers/providers.js"
@@ -43,7 +42,6 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
     const admission = yield* TaskAdmission
     const tasks = yield* TaskClient
     const snapshots = yield* TaskSnapshots
-    const log = yield* EventLog
 
     const owned = Effect.fn("Tasks.owned")(function*(project: TaskSnapshot["projectId"], task: string) {
       const principal = yield* Principal
@@ -95,8 +93,6 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
           const principal = yield* Principal
           const notFound = new ProjectNotFound({ projectId: path.project })
           if (!canSee(principal, path.project)) return yield* notFound
-          // a project is created on first use: its stream exists before the first task does
-          if (Option.isNone(yield* log.open(principal.tenantId, path.project))) return yield* notFound
           const found = yield* snapshots.page(principal.tenantId, path.project, urlParams.limit, urlParams.before)
           if (Option.isNone(found)) return yield* notFound
           const page = found.value

@@ -10,6 +10,7 @@ import { WebhookSettings } from "../intake/Webhooks.js"
 import { OutputSettings } from "../output/outputSettings.js"
 import { DatabaseSettings } from "../persistence/Database.js"
 import { EventRetentionSettings } from "../persistence/EventRetention.js"
+import { ProjectSettings } from "../persistence/Projects.js"
 import { AdmissionSettings } from "../persistence/TaskAdmission.js"
 import { TaskStoreSettings } from "../persistence/TaskStore.js"
 import { WriteFenceSettings } from "../persistence/WriteFence.js"
@@ -35,6 +36,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   WriteFenceSettings,
   TaskStoreSettings,
   AdmissionSettings,
+  ProjectSettings,
   LifecycleSettings,
   SweeperSettings,
   ReconcilerSettings,
