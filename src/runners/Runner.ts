@@ -10,12 +10,14 @@ import { ConnectionLimits } from "../gateway/ConnectionLimits.js"
 import { EventGateway } from "../gateway/EventGateway.js"
 import { ProjectFeeds } from "../gateway/ProjectFeeds.js"
 import { ControlPlaneApi } from "../http/Api.js"
+import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { LivePageLive } from "../http/LivePage.js"
 import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
+import { limitDeclaredBodies } from "../http/RequestBody.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
@@ -101,8 +103,11 @@ const layerEventStreams = Layer.mergeAll(EventsSseLive, EventsSocketLive).pipe(
  */
 export const layerHttpApp = Layer.unwrapEffect(
   Effect.map(
-    WebhookGateway,
-    (gateway) => HttpApiBuilder.serve((app) => routeWebhooks(gateway)(HttpMiddleware.logger(app)))
+    Effect.all([WebhookGateway, ApiSettings.config]),
+    ([gateway, api]) =>
+      HttpApiBuilder.serve((app) =>
+        routeWebhooks(gateway)(HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app)))
+      )
   )
 ).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),

@@ -4,6 +4,7 @@ import { ReconcilerSettings } from "../entities/Reconcilers.js"
 import { SweeperSettings } from "../entities/Sweeper.js"
 import { LifecycleSettings } from "../entities/TaskLifecycle.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
+import { ApiSettings } from "../http/apiSettings.js"
 import { AuthSettings } from "../http/Auth.js"
 import { InboxSettings } from "../intake/inboxSettings.js"
 import { WebhookSettings } from "../intake/Webhooks.js"
@@ -50,6 +51,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   DispatcherSettings,
   BusSettings,
   StreamSettings,
+  ApiSettings,
   AuthSettings,
   EventRetentionSettings,
   ProviderSettings,

@@ -83,6 +83,13 @@ export class UnsupportedRequest extends Schema.TaggedError<UnsupportedRequest>()
   HttpApiSchema.annotations({ status: 422 })
 ) {}
 
+/** A request body over the API's size limit (API_MAX_BODY_BYTES): refused while it streams in, never buffered whole. */
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()(
+  "PayloadTooLarge",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 413 })
+) {}
+
 /** The tenant already has as many projects as it may (PROJECTS_PER_TENANT). */
 export class ProjectLimitReached extends Schema.TaggedError<ProjectLimitReached>()(
   "ProjectLimitReached",

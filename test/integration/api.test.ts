@@ -31,7 +31,7 @@ const tokenFor = (claims: { tenant?: string; projects?: ReadonlyArray<string> | 
       projects: (claims.projects ?? [project]) as ReadonlyArray<ProjectId>
     }))
 
-const body = { provider: "simulator", model: "sim-1", prompt: "a cat surfing", duration_seconds: 8 }
+const body = { provider: "openai", model: "sora-2", prompt: "a cat surfing", duration_seconds: 8 }
 
 const send = (
   method: "GET" | "POST",
