@@ -70,6 +70,10 @@ const request = (
 
 const createProject = (token: string) => request("POST", "/v1/projects", { token })
 
+/** POST a task body (as is) to a project, with a fresh Idempotency-Key. */
+const postTask = (token: string, project: string, body: string) =>
+  request("POST", `/v1/projects/${project}/tasks`, { token, key: uuid(), body })
+
 const task = (overrides: Record<string, unknown> = {}) =>
   JSON.stringify({ provider: "openai", model: "sora-2", prompt: "a lighthouse", duration_seconds: 8, ...overrides })
 
@@ -97,11 +101,7 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
       Effect.gen(function*() {
         const { project, tenant, token } = yield* tenantWithProject
         const before = yield* counts(tenant)
-        const huge = yield* request("POST", `/v1/projects/${project}/tasks`, {
-          token,
-          key: uuid(),
-          body: task({ prompt: "a".repeat(1024 * 1024) })
-        })
+        const huge = yield* postTask(token, project, task({ prompt: "a".repeat(1024 * 1024) }))
         expect(huge.status).toBe(413)
         expect(huge.text.length).toBeLessThan(512)
         expect(huge.body).toMatchObject({ _tag: "PayloadTooLarge" })
@@ -146,11 +146,7 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
       Effect.gen(function*() {
         const { project, token } = yield* tenantWithProject
         // just under the body limit, far over the prompt's 4,000 characters
-        const bad = yield* request("POST", `/v1/projects/${project}/tasks`, {
-          token,
-          key: uuid(),
-          body: task({ prompt: "c".repeat(60_000) })
-        })
+        const bad = yield* postTask(token, project, task({ prompt: "c".repeat(60_000) }))
         expect(bad.status).toBe(400)
         expect(bad.text).toContain("prompt")
         expect(bad.text.length).toBeLessThan(2048)
@@ -168,7 +164,7 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
         expect(key.status).toBe(400)
         expect(key.text).toContain("idempotency-key")
         expect(key.text.length).toBeLessThan(1024)
-        const notJson = yield* request("POST", `/v1/projects/${project}/tasks`, { token, key: uuid(), body: "{not" })
+        const notJson = yield* postTask(token, project, "{not")
         expect(notJson.status).toBe(400)
         expect(notJson.body.message).toContain("not valid JSON")
       }))
@@ -177,11 +173,11 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
       Effect.gen(function*() {
         const { project, tenant, token } = yield* tenantWithProject
         const before = yield* counts(tenant)
-        const bad = yield* request("POST", `/v1/projects/${project}/tasks`, {
+        const bad = yield* postTask(
           token,
-          key: uuid(),
-          body: JSON.stringify({ provider: "openai", model: "", prompt: 7, duration_seconds: "long", resolutoin: "4k" })
-        })
+          project,
+          JSON.stringify({ provider: "openai", model: "", prompt: 7, duration_seconds: "long", resolutoin: "4k" })
+        )
         expect(bad.status).toBe(400)
         expect(bad.body._tag).toBe("HttpApiDecodeError")
         const paths = (bad.body.issues as Array<{ path: Array<string> }>).map((i) => i.path.join("."))
@@ -194,33 +190,20 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
       Effect.gen(function*() {
         const { project, tenant, token } = yield* tenantWithProject
         const before = yield* counts(tenant)
-        const url = `/v1/projects/${project}/tasks`
         // written as JSON escapes, as a client would send them
-        const nul = yield* request("POST", url, {
-          token,
-          key: uuid(),
-          body: task().replace("a lighthouse", "a\\u0000b")
-        })
+        const nul = yield* postTask(token, project, task().replace("a lighthouse", "a\\u0000b"))
         expect(nul.status).toBe(400)
         expect(nul.text).toContain("prompt")
         expect(nul.text).toContain("NUL")
-        const lone = yield* request("POST", url, {
-          token,
-          key: uuid(),
-          body: task().replace("a lighthouse", "a\\ud800b")
-        })
+        const lone = yield* postTask(token, project, task().replace("a lighthouse", "a\\ud800b"))
         expect(lone.status).toBe(400)
         expect(lone.text).toContain("surrogate")
-        const model = yield* request("POST", url, { token, key: uuid(), body: task().replace("sora-2", "sora\\udc00") })
+        const model = yield* postTask(token, project, task().replace("sora-2", "sora\\udc00"))
         expect(model.status).toBe(400)
         expect(model.text).toContain("model")
         expect(yield* counts(tenant)).toEqual(before)
         // a well-formed pair (an emoji) is fine
-        const emoji = yield* request("POST", url, {
-          token,
-          key: uuid(),
-          body: task().replace("a lighthouse", "\\ud83c\\udf0a")
-        })
+        const emoji = yield* postTask(token, project, task().replace("a lighthouse", "\\ud83c\\udf0a"))
         expect(emoji.status).toBe(201)
       }))
 
@@ -246,25 +229,17 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
         // naming a project id that nobody created, for a read or a write, gives the namer nothing
         const chosen = uuid()
         expect((yield* request("GET", `/v1/projects/${chosen}/tasks`, { token: squatterToken })).status).toBe(404)
-        const write = yield* request("POST", `/v1/projects/${chosen}/tasks`, {
-          token: squatterToken,
-          key: uuid(),
-          body: task()
-        })
+        const write = yield* postTask(squatterToken, chosen, task())
         expect(write.status).toBe(404)
         expect(yield* counts(squatter)).toEqual({ projects: 0, tasks: 0, reserves: 0 })
 
         // the owner creates its project (the id is the server's), and only the owner sees and uses it
         const { project, tenant, token } = yield* tenantWithProject
         expect(project).not.toBe(chosen)
-        const own = yield* request("POST", `/v1/projects/${project}/tasks`, { token, key: uuid(), body: task() })
+        const own = yield* postTask(token, project, task())
         expect(own.status).toBe(201)
         expect((yield* request("GET", `/v1/projects/${project}/tasks`, { token: squatterToken })).status).toBe(404)
-        const intrusion = yield* request("POST", `/v1/projects/${project}/tasks`, {
-          token: squatterToken,
-          key: uuid(),
-          body: task()
-        })
+        const intrusion = yield* postTask(squatterToken, project, task())
         expect(intrusion.status).toBe(404)
         const listed = yield* request("GET", "/v1/projects", { token })
         expect(listed.body.projects.map((p: { project_id: string }) => p.project_id)).toEqual([project])
@@ -292,20 +267,19 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
       Effect.gen(function*() {
         const { project, tenant, token } = yield* tenantWithProject
         const before = yield* counts(tenant)
-        const url = `/v1/projects/${project}/tasks`
-        const unknown = yield* request("POST", url, { token, key: uuid(), body: task({ provider: "nosuchprovider" }) })
+        const unknown = yield* postTask(token, project, task({ provider: "nosuchprovider" }))
         expect(unknown.status).toBe(400)
         expect(unknown.text).toContain("openai, runway, luma")
         // in the platform's list, but not enabled on this runner (PROVIDERS_ENABLED)
-        const disabled = yield* request("POST", url, { token, key: uuid(), body: task({ provider: "fal" }) })
+        const disabled = yield* postTask(token, project, task({ provider: "fal" }))
         expect(disabled.status).toBe(400)
         expect(disabled.text).toContain("openai, runway, luma")
         expect(yield* counts(tenant)).toEqual(before)
-        const enabled = yield* request("POST", url, {
+        const enabled = yield* postTask(
           token,
-          key: uuid(),
-          body: task({ provider: "runway", model: "gen4.5", duration_seconds: 5 })
-        })
+          project,
+          task({ provider: "runway", model: "gen4.5", duration_seconds: 5 })
+        )
         expect(enabled.status).toBe(201)
       }))
   })
