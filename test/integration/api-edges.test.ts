@@ -3,6 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import * as http from "node:http"
+import WebSocket from "ws"
 import { TokenSigner } from "../../src/http/Auth.js"
 import type { ProjectId, TenantId, UserId } from "../../src/schema/ids.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
@@ -67,6 +68,24 @@ const request = (
     }
     return { status: res.status, text, body } satisfies Answer
   })
+
+/** The HTTP status a WebSocket upgrade gets (101 when it opens). */
+const upgradeStatus = (path: string, token: string) =>
+  Effect.flatMap(HttpServer.HttpServer, (server) =>
+    Effect.async<number>((resume) => {
+      const port = (server.address as HttpServer.TcpAddress).port
+      const socket = new WebSocket(`ws://127.0.0.1:${port}${path}`, { headers: { authorization: `Bearer ${token}` } })
+      socket.on("open", () => {
+        socket.terminate()
+        resume(Effect.succeed(101))
+      })
+      socket.on("unexpected-response", (req, res) => {
+        req.destroy()
+        resume(Effect.succeed(res.statusCode ?? 0))
+      })
+      socket.on("error", () => resume(Effect.succeed(0)))
+      return Effect.sync(() => socket.terminate())
+    }))
 
 const createProject = (token: string) => request("POST", "/v1/projects", { token })
 
@@ -208,7 +227,7 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
       }))
 
     // Finding 7
-    it.effect("reads of an unknown project are 404 and create nothing (list, stream token, event stream)", () =>
+    it.effect("reads of an unknown project are 404 and create nothing (list, stream token, SSE, WebSocket)", () =>
       Effect.gen(function*() {
         const tenant = uuid()
         const token = yield* tokenFor(tenant)
@@ -218,6 +237,7 @@ describe.skipIf(noDatabase)("the JSON API's edges (issue #12: findings 5, 6, 7, 
           expect((yield* request("POST", `/v1/projects/${unknown}/stream-tokens`, { token })).status).toBe(404)
           const events = yield* request("GET", `/v1/projects/${unknown}/events`, { token })
           expect(events.status).toBe(404)
+          expect(yield* upgradeStatus(`/v1/projects/${unknown}/events/ws`, token)).toBe(404)
         }
         expect((yield* counts(tenant)).projects).toBe(0)
       }))
