@@ -127,6 +127,7 @@ export const readJson = <A, I>(schema: Schema.Schema<A, I>, maxBytes: number) =>
       ? Either.left(notJson)
       : Either.mapLeft(decode(json.right), (e) => decodeError(ParseResult.ArrayFormatter.formatErrorSync(e)))
     if (Either.isLeft(decoded)) {
+      yield* Effect.logDebug("API request body refused").pipe(Effect.annotateLogs("problems", decoded.left.message))
       yield* refused("invalid_body")
       return yield* decoded.left
     }
