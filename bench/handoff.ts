@@ -17,7 +17,6 @@ const TASKS = Number(process.env.BENCH_TASKS ?? 60)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const SECRET = "handoff-bench-secret-0123456789abcdef"
 const tenant = crypto.randomUUID() as TenantId
-const project = crypto.randomUUID()
 
 const startRunner = (url: string) =>
   startRunnerProcess({ DATABASE_URL: url, AUTH_SECRET: SECRET }, { output: "ignore" })
@@ -38,18 +37,23 @@ const main = async () => {
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
   const runners: Array<ChildProcess> = []
+  let project: string | undefined
   try {
     for (const signal of ["SIGKILL", "SIGTERM"] as const) {
       const a = await startRunner(url.toString())
       const b = await startRunner(url.toString())
       runners.push(a.child, b.child)
       await sleep(8000) // shards spread over both runners
+      if (project === undefined) {
+        const res = await fetch(`http://127.0.0.1:${b.httpPort}/v1/projects`, { method: "POST", headers })
+        project = ((await res.json()) as { project_id: string }).project_id
+      }
       const ids: Array<string> = []
       for (let i = 0; i < TASKS; i++) {
         const res = await fetch(`http://127.0.0.1:${b.httpPort}/v1/projects/${project}/tasks`, {
           method: "POST",
           headers: { ...headers, "idempotency-key": crypto.randomUUID() },
-          body: JSON.stringify({ provider: "simulator", model: "m", prompt: "p", duration_seconds: 4 })
+          body: JSON.stringify({ provider: "runway", model: "gen4.5", prompt: "p", duration_seconds: 5 })
         })
         ids.push(((await res.json()) as { task_id: string }).task_id)
       }

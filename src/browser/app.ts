@@ -7,6 +7,10 @@ interface Session {
   readonly development: boolean
 }
 
+interface ProjectList {
+  readonly projects: ReadonlyArray<{ readonly project_id: string }>
+}
+
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T
 
 const labels: Record<ConnectionState, string> = {
@@ -36,13 +40,26 @@ const signIn = (): Promise<Session> =>
     }
   })
 
-const projectOf = (s: Session): string => {
+/**
+ * The project to show: `?project=`, the session's own (a scoped token, the development session), or, for a token
+ * of every project of the tenant, the one this browser used last, another of the tenant's, or a new one (projects
+ * are created by their owner: naming an unknown id finds nothing).
+ */
+const projectOf = async (s: Session): Promise<string> => {
   const asked = new URLSearchParams(location.search).get("project")
   if (asked !== null) return asked
   if (s.projects !== "*" && s.projects.length > 0) return s.projects[0]!
-  const remembered = localStorage.getItem("project") ?? crypto.randomUUID()
-  localStorage.setItem("project", remembered)
-  return remembered
+  const listed = await fetch("/v1/projects", { credentials: "same-origin" })
+  const owned = listed.ok ? ((await listed.json()) as ProjectList).projects.map((p) => p.project_id) : []
+  const remembered = localStorage.getItem("project")
+  let project = remembered !== null && owned.includes(remembered) ? remembered : owned[0]
+  if (project === undefined) {
+    const created = await fetch("/v1/projects", { method: "POST", credentials: "same-origin" })
+    if (!created.ok) throw new Error(`could not create a project (${created.status})`)
+    project = ((await created.json()) as { project_id: string }).project_id
+  }
+  localStorage.setItem("project", project)
+  return project
 }
 
 const row = (task: TaskState, received: ReadonlyArray<number>): HTMLTableRowElement => {
@@ -71,7 +88,7 @@ const row = (task: TaskState, received: ReadonlyArray<number>): HTMLTableRowElem
 
 const main = async () => {
   const s = (await session()) ?? (await signIn())
-  const project = projectOf(s)
+  const project = await projectOf(s)
   $("project").textContent = project
   const client: LiveClient = new LiveClient({
     project,

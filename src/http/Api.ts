@@ -1,8 +1,10 @@
 import { HttpApi, OpenApi } from "@effect/platform"
+import { ProjectsApi } from "./ProjectsApi.js"
 import { SessionApi } from "./SessionApi.js"
 import { TasksApi } from "./TasksApi.js"
 
 export class ControlPlaneApi extends HttpApi.make("control-plane")
+  .add(ProjectsApi)
   .add(TasksApi)
   .add(SessionApi)
   .annotate(OpenApi.Title, "Task-status control plane")

@@ -3,14 +3,16 @@ import { Effect } from "effect"
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { providers } from "../providers/providers.js"
+import { ApiSettings } from "./apiSettings.js"
 
-/** One option per provider of the list, carrying a model that provider accepts. */
-const providerOptions = providers.map((p) =>
-  `<option value="${p.name}" data-model="${p.exampleModel}">${p.name}</option>`
-)
-  .join("")
+/** One option per provider enabled on this runner, carrying a model that provider accepts. */
+const providerOptions = (enabled: ReadonlyArray<string>) =>
+  providers.filter((p) => enabled.includes(p.name)).map((p) =>
+    `<option value="${p.name}" data-model="${p.exampleModel}">${p.name}</option>`
+  ).join("")
 
-const page = `<!DOCTYPE html>
+const pageWith = (providerOptions: string) =>
+  `<!DOCTYPE html>
 <html lang="en">
 <head>
   <meta charset="utf-8" />
@@ -73,6 +75,7 @@ export const LivePageLive = HttpApiBuilder.Router.use((router) =>
       })
     )
     const script = bundle.outputFiles[0]!.text
+    const page = pageWith(providerOptions((yield* ApiSettings.config).providers))
     const headers = { "cache-control": "no-cache", "x-content-type-options": "nosniff" }
     yield* router.get("/", Effect.succeed(HttpServerResponse.html(page).pipe(HttpServerResponse.setHeaders(headers))))
     yield* router.get(

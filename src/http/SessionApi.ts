@@ -39,6 +39,7 @@ export class SessionApi extends HttpApiGroup.make("session")
     HttpApiEndpoint.post("development", "/v1/dev/session")
       .addSuccess(SessionView)
       .addError(Unauthorized)
+      .addError(StorageUnavailable)
       .annotate(OpenApi.Description, "Development mode only (no AUTH_SECRET): a session as the development tenant")
   )
 {}

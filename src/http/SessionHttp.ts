@@ -1,6 +1,7 @@
 import { HttpApiBuilder, HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option } from "effect"
 import { EventLog } from "../persistence/EventLog.js"
+import { Projects } from "../persistence/Projects.js"
 import { ProjectNotFound, Unauthorized } from "../schema/errors.js"
 import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
 import { ControlPlaneApi } from "./Api.js"
@@ -38,6 +39,7 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
   Effect.gen(function*() {
     const signer = yield* TokenSigner
     const log = yield* EventLog
+    const projects = yield* Projects
     return handlers
       .handle("open", () =>
         Effect.gen(function*() {
@@ -66,6 +68,8 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
           if (!signer.development) {
             return yield* new Unauthorized({ message: "development sessions are off (AUTH_SECRET is set)" })
           }
+          // the development tenant's one project: made here (its id is the code's, never a request's)
+          yield* projects.ensure(DEV_TENANT, DEV_PROJECT)
           const principal = { tenantId: DEV_TENANT, userId: DEV_USER, projects: [DEV_PROJECT] }
           yield* setSession(
             yield* signer.sign({ tenant_id: DEV_TENANT, sub: DEV_USER, projects: [DEV_PROJECT] }, SESSION_TTL)

@@ -1,9 +1,11 @@
 import { HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
 import { Schema } from "effect"
+import { providerNames } from "../providers/providers.js"
 import {
   AdmissionsThrottled,
   CommandRejected,
   IdempotencyKeyReused,
+  PayloadTooLarge,
   ProjectNotFound,
   StorageUnavailable,
   TaskNotFound,
@@ -14,15 +16,32 @@ import {
 } from "../schema/errors.js"
 import { ProjectId, ProviderName, TaskId } from "../schema/ids.js"
 import { Progress, PublicErrorCode, Stage, TaskStatus } from "../schema/task.js"
+import { StorableString } from "../schema/text.js"
 import { Authentication } from "./Auth.js"
 
-export const CreateTaskRequest = Schema.Struct({
-  provider: ProviderName,
-  model: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)),
-  prompt: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(4000)),
-  duration_seconds: Schema.Int.pipe(Schema.between(1, 120)),
-  resolution: Schema.optionalWith(Schema.Literal("480p", "720p", "1080p"), { default: () => "720p" as const })
-})
+const text = (maxLength: number) => StorableString.pipe(Schema.minLength(1), Schema.maxLength(maxLength))
+
+/**
+ * A task request naming one of `providers` (the ones enabled on this runner, PROVIDERS_ENABLED): any other
+ * provider is a 400 that lists them, before a credit is reserved.
+ */
+export const createTaskRequest = (providers: ReadonlyArray<string>) => {
+  const configured = `one of the configured providers: ${providers.join(", ")}`
+  return Schema.Struct({
+    provider: ProviderName.pipe(
+      Schema.filter((name) => providers.includes(name)),
+      Schema.annotations({ message: () => ({ message: `must be ${configured}`, override: true }) }),
+      Schema.annotations({ description: configured, jsonSchema: { type: "string", enum: providers } })
+    ),
+    model: text(128),
+    prompt: text(4000),
+    duration_seconds: Schema.Int.pipe(Schema.between(1, 120)),
+    resolution: Schema.optionalWith(Schema.Literal("480p", "720p", "1080p"), { default: () => "720p" as const })
+  })
+}
+
+/** The request as documented: any provider of the platform's list (a runner may enable fewer). */
+export const CreateTaskRequest = createTaskRequest(providerNames)
 export type CreateTaskRequest = typeof CreateTaskRequest.Type
 
 /** What a product backend (and later a browser) sees of a task: public fields only, plus where to follow from. */
@@ -41,11 +60,10 @@ export class TaskView extends Schema.Class<TaskView>("TaskView")({
 }) {}
 
 const IdempotencyHeaders = Schema.Struct({
-  "idempotency-key": Schema.String.pipe(
-    Schema.minLength(1),
-    Schema.maxLength(255),
-    Schema.annotations({ description: "Required: the same key returns the same task without a second reserve" })
-  )
+  "idempotency-key": text(255).annotations({
+    description: "Required: the same key returns the same task without a second reserve",
+    message: () => ({ message: "must be 1 to 255 characters", override: true })
+  })
 })
 
 export class TaskPageView extends Schema.Class<TaskPageView>("TaskPageView")({
@@ -72,6 +90,7 @@ export class TasksApi extends HttpApiGroup.make("tasks")
       .setPayload(CreateTaskRequest)
       .addSuccess(TaskView, { status: 201 })
       .addError(IdempotencyKeyReused)
+      .addError(PayloadTooLarge)
       .addError(UnsupportedRequest)
       .addError(AdmissionsThrottled)
       .addError(ProjectNotFound)

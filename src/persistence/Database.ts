@@ -16,6 +16,7 @@ import inboxBody from "../../migrations/0005_inbox_body.js"
 import lifecycle from "../../migrations/0006_lifecycle.js"
 import propagation from "../../migrations/0007_propagation.js"
 import eventStreams from "../../migrations/0008_event_streams.js"
+import projectOwners from "../../migrations/0009_project_owners.js"
 import * as S from "../config/Settings.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
@@ -36,7 +37,8 @@ const runMigrations = Migrator.make({})({
     "0005_inbox_body": inboxBody,
     "0006_lifecycle": lifecycle,
     "0007_propagation": propagation,
-    "0008_event_streams": eventStreams
+    "0008_event_streams": eventStreams,
+    "0009_project_owners": projectOwners
   }),
   table: "app_migrations"
 })

@@ -81,21 +81,15 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
     const sql = yield* SqlClient.SqlClient
 
     /**
-     * The head of a project's stream as `tenantId` may see it; a project is created on first use by the tenant
-     * whose token names it (as task admission does), and another tenant's project does not exist.
+     * The head of a project's stream as `tenantId` may see it: another tenant's project, or one nobody created
+     * (POST /v1/projects), does not exist. Reading never creates a project.
      */
     const open = Effect.fn("EventLog.open")(function*(tenantId: TenantId, projectId: ProjectId) {
-      const rows = yield* sql<{ tenant_id: string; stream_epoch: number; last_seq: number; retained_seq: number }>`
-        WITH created AS (
-          INSERT INTO projects (project_id, tenant_id, stream_epoch)
-          VALUES (${projectId}, ${tenantId}, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
-          ON CONFLICT (project_id) DO NOTHING
-          RETURNING tenant_id, stream_epoch, last_seq, retained_seq)
-        SELECT tenant_id, stream_epoch, last_seq, retained_seq FROM created
-        UNION ALL
-        SELECT tenant_id, stream_epoch, last_seq, retained_seq FROM projects WHERE project_id = ${projectId}`
+      const rows = yield* sql<{ stream_epoch: number; last_seq: number; retained_seq: number }>`
+        SELECT stream_epoch, last_seq, retained_seq FROM projects
+        WHERE project_id = ${projectId} AND tenant_id = ${tenantId}`
       const row = rows[0]
-      if (row === undefined || row.tenant_id !== tenantId) return Option.none<StreamHead>()
+      if (row === undefined) return Option.none<StreamHead>()
       return Option.some<StreamHead>({
         epoch: Number(row.stream_epoch),
         lastSeq: Number(row.last_seq),

@@ -2,12 +2,12 @@ import { SqlClient } from "@effect/sql"
 import { Data, Effect, Option, Schedule } from "effect"
 import * as S from "../config/Settings.js"
 import { domainEventOf, publicPayloadOf } from "../domain/taskEvents.js"
-import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound, WriteFenced } from "../schema/errors.js"
+import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound } from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"
 import { storageUnavailable } from "./storageUnavailable.js"
 import { taskFromRow } from "./TaskStore.js"
-import { FENCE_SCOPE, WriteFence } from "./WriteFence.js"
+import { WriteFence } from "./WriteFence.js"
 
 const unavailable = storageUnavailable("task admission")
 
@@ -26,9 +26,6 @@ export const AdmissionSettings = S.area("Admission", "when new tasks are refused
     "1 second"
   )
 })
-
-/** Modes in which new tasks may be admitted (seed 19.5.5); the others keep existing tasks moving only. */
-const ADMITTING_MODES = ["NORMAL", "DEGRADED_NOTIFY", "DEGRADED_PROVIDER", "QUEUE_ONLY"]
 
 export interface Admission {
   readonly tenantId: TenantId
@@ -53,7 +50,7 @@ class LostKeyRace extends Data.TaggedError("LostKeyRace") {}
 export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmission", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const { token } = yield* WriteFence
+    const { admitting, token } = yield* WriteFence
 
     const byKey = (tenantId: TenantId, key: string) =>
       sql<Record<string, any>>`
@@ -69,22 +66,10 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
 
     const insert = (a: Admission) =>
       Effect.gen(function*() {
-        const fence = yield* sql<{ active_region: string; write_epoch: number; mode: string }>`
-          SELECT active_region, write_epoch, mode FROM region_write_fence WHERE resource_scope = ${FENCE_SCOPE}
-          FOR SHARE`
-        const f = fence[0]
-        if (!f || f.active_region !== token.region || f.write_epoch !== token.epoch) {
-          return yield* new WriteFenced({ reason: "this runner's region or epoch is not active" })
-        }
-        if (!ADMITTING_MODES.includes(f.mode)) {
-          return yield* new WriteFenced({ reason: `admissions are paused (mode ${f.mode})` })
-        }
-        yield* sql`
-          INSERT INTO projects (project_id, tenant_id, stream_epoch)
-          VALUES (${a.projectId}, ${a.tenantId}, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
-          ON CONFLICT (project_id) DO NOTHING`
+        yield* admitting
         const existing = yield* byKey(a.tenantId, a.idempotencyKey)
         if (existing.length > 0) return yield* replay(a, existing[0]!)
+        // the project exists already, made by its owner (POST /v1/projects): naming an id creates nothing
         const stream = yield* sql<{ stream_epoch: number; last_seq: number }>`
           UPDATE projects SET last_seq = last_seq + 1
           WHERE project_id = ${a.projectId} AND tenant_id = ${a.tenantId}

@@ -1,8 +1,12 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect } from "effect"
 import * as S from "../config/Settings.js"
+import { WriteFenced } from "../schema/errors.js"
 
 export const FENCE_SCOPE = "global"
+
+/** Modes in which new work (tasks, projects) may be admitted (seed 19.5.5); the others keep existing tasks moving only. */
+const ADMITTING_MODES = ["NORMAL", "DEGRADED_NOTIFY", "DEGRADED_PROVIDER", "QUEUE_ONLY"]
 
 export interface FenceToken {
   readonly region: string
@@ -43,6 +47,22 @@ export class WriteFence extends Effect.Service<WriteFence>()("WriteFence", {
       ),
       Duration.seconds(1)
     )
-    return { token, mode } as const
+    /**
+     * Inside an admitting transaction: this runner's region and epoch are the active ones and the mode admits new
+     * work, else WriteFenced. The fence row is held FOR SHARE until the transaction ends, so a bump waits for it.
+     */
+    const admitting = Effect.gen(function*() {
+      const fence = yield* sql<{ active_region: string; write_epoch: number; mode: string }>`
+        SELECT active_region, write_epoch, mode FROM region_write_fence WHERE resource_scope = ${FENCE_SCOPE}
+        FOR SHARE`
+      const f = fence[0]
+      if (!f || f.active_region !== token.region || f.write_epoch !== token.epoch) {
+        return yield* new WriteFenced({ reason: "this runner's region or epoch is not active" })
+      }
+      if (!ADMITTING_MODES.includes(f.mode)) {
+        return yield* new WriteFenced({ reason: `admissions are paused (mode ${f.mode})` })
+      }
+    })
+    return { token, mode, admitting } as const
   }).pipe(Effect.orDie)
 }) {}

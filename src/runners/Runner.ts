@@ -10,11 +10,14 @@ import { ConnectionLimits } from "../gateway/ConnectionLimits.js"
 import { EventGateway } from "../gateway/EventGateway.js"
 import { ProjectFeeds } from "../gateway/ProjectFeeds.js"
 import { ControlPlaneApi } from "../http/Api.js"
+import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { LivePageLive } from "../http/LivePage.js"
+import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
+import { limitDeclaredBodies } from "../http/RequestBody.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
@@ -27,6 +30,7 @@ import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import * as Database from "../persistence/Database.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { EventRetentionLive } from "../persistence/EventRetention.js"
+import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
@@ -43,7 +47,7 @@ import { RunnerConfig } from "./RunnerConfig.js"
 /** Everything that needs only the database: migrations run before anything reads a table. */
 export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => {
   const migrated = Database.MigrationsLive.pipe(Layer.provideMerge(database))
-  return Layer.mergeAll(TaskStore.Default, TaskAdmission.Default, CallbackInbox.Default).pipe(
+  return Layer.mergeAll(TaskStore.Default, TaskAdmission.Default, Projects.Default, CallbackInbox.Default).pipe(
     Layer.provideMerge(WriteFence.Default),
     Layer.provideMerge(migrated)
   )
@@ -99,14 +103,17 @@ const layerEventStreams = Layer.mergeAll(EventsSseLive, EventsSocketLive).pipe(
  */
 export const layerHttpApp = Layer.unwrapEffect(
   Effect.map(
-    WebhookGateway,
-    (gateway) => HttpApiBuilder.serve((app) => routeWebhooks(gateway)(HttpMiddleware.logger(app)))
+    Effect.all([WebhookGateway, ApiSettings.config]),
+    ([gateway, api]) =>
+      HttpApiBuilder.serve((app) =>
+        routeWebhooks(gateway)(HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app)))
+      )
   )
 ).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
-  Layer.provide(Layer.mergeAll(TasksHttpLive, SessionHttpLive, LivePageLive)),
+  Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
   Layer.provide(WebhookGateway.Default),

@@ -4,12 +4,14 @@ import { ReconcilerSettings } from "../entities/Reconcilers.js"
 import { SweeperSettings } from "../entities/Sweeper.js"
 import { LifecycleSettings } from "../entities/TaskLifecycle.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
+import { ApiSettings } from "../http/apiSettings.js"
 import { AuthSettings } from "../http/Auth.js"
 import { InboxSettings } from "../intake/inboxSettings.js"
 import { WebhookSettings } from "../intake/Webhooks.js"
 import { OutputSettings } from "../output/outputSettings.js"
 import { DatabaseSettings } from "../persistence/Database.js"
 import { EventRetentionSettings } from "../persistence/EventRetention.js"
+import { ProjectSettings } from "../persistence/Projects.js"
 import { AdmissionSettings } from "../persistence/TaskAdmission.js"
 import { TaskStoreSettings } from "../persistence/TaskStore.js"
 import { WriteFenceSettings } from "../persistence/WriteFence.js"
@@ -35,6 +37,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   WriteFenceSettings,
   TaskStoreSettings,
   AdmissionSettings,
+  ProjectSettings,
   LifecycleSettings,
   SweeperSettings,
   ReconcilerSettings,
@@ -48,6 +51,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   DispatcherSettings,
   BusSettings,
   StreamSettings,
+  ApiSettings,
   AuthSettings,
   EventRetentionSettings,
   ProviderSettings,

@@ -82,3 +82,24 @@ export class UnsupportedRequest extends Schema.TaggedError<UnsupportedRequest>()
   { message: Schema.String },
   HttpApiSchema.annotations({ status: 422 })
 ) {}
+
+/** A request body over the API's size limit (API_MAX_BODY_BYTES): refused while it streams in, never buffered whole. */
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()(
+  "PayloadTooLarge",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 413 })
+) {}
+
+/** The tenant already has as many projects as it may (PROJECTS_PER_TENANT). */
+export class ProjectLimitReached extends Schema.TaggedError<ProjectLimitReached>()(
+  "ProjectLimitReached",
+  { message: Schema.String, limit: Schema.Int },
+  HttpApiSchema.annotations({ status: 403 })
+) {}
+
+/** The credential is valid but does not allow this (a token scoped to some projects cannot create more). */
+export class Forbidden extends Schema.TaggedError<Forbidden>()(
+  "Forbidden",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 403 })
+) {}

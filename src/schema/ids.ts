@@ -1,7 +1,12 @@
 import { Schema } from "effect"
 
-/** A UUID in its canonical lower-case form, whatever case it arrived in (PostgreSQL answers lower-case). */
-const CanonicalUUID = Schema.Lowercase.pipe(Schema.compose(Schema.UUID))
+/**
+ * A UUID in its canonical lower-case form, whatever case it arrived in (PostgreSQL answers lower-case). A value that
+ * is not one is not quoted back (a 400 would echo a path segment or header of up to 16 KiB).
+ */
+const CanonicalUUID = Schema.Lowercase.pipe(
+  Schema.compose(Schema.UUID.annotations({ message: () => "must be a UUID" }))
+)
 
 export const TaskId = CanonicalUUID.pipe(Schema.brand("TaskId"))
 export type TaskId = typeof TaskId.Type

@@ -1,4 +1,5 @@
 import { Effect } from "effect"
+import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { definitionOf } from "../providers/providers.js"
 import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
@@ -22,13 +23,17 @@ export interface TaskOptions {
 /**
  * Admits a task through the real admission transaction (task row, first attempt, credit reserve, created event,
  * outbox row), as the API does; returns its id, first attempt id and snapshot. Every id defaults to a fresh one.
+ * The project is made for the tenant first if it does not exist (the API's clients create it, POST /v1/projects).
  */
 export const admitTask = (options: TaskOptions = {}) =>
   Effect.gen(function*() {
     const admission = yield* TaskAdmission
+    const tenantId = (options.tenantId ?? "00000000-0000-4000-8000-00000000000e") as TenantId
+    const projectId = (options.projectId ?? uuid()) as ProjectId
+    yield* (yield* Projects).ensure(tenantId, projectId)
     const { task } = yield* admission.admit({
-      tenantId: (options.tenantId ?? "00000000-0000-4000-8000-00000000000e") as TenantId,
-      projectId: (options.projectId ?? uuid()) as ProjectId,
+      tenantId,
+      projectId,
       userId: (options.userId ?? uuid()) as UserId,
       idempotencyKey: uuid(),
       requestHash: "h",

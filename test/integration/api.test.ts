@@ -4,6 +4,7 @@ import { describe, expect, layer } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { TokenSigner } from "../../src/http/Auth.js"
+import { Projects } from "../../src/persistence/Projects.js"
 import type { ProjectId, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
@@ -11,13 +12,16 @@ import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs } from "../support/runner.js"
 import { observation, uuid } from "../support/tasks.js"
 
-const TestLayer = layerHttpTest.pipe(
-  Layer.provideMerge(layerTestRunner(layerTestDatabase())),
-  Layer.provide(quietLogs)
-)
-
 const tenant = uuid() as TenantId
 const project = uuid() as ProjectId
+
+/** The tenant's project exists before the tests (its clients would have created it: POST /v1/projects). */
+const layerProject = Layer.effectDiscard(Effect.flatMap(Projects, (p) => p.ensure(tenant, project)))
+
+const TestLayer = layerHttpTest.pipe(
+  Layer.provideMerge(layerProject.pipe(Layer.provideMerge(layerTestRunner(layerTestDatabase())))),
+  Layer.provide(quietLogs)
+)
 
 const tokenFor = (claims: { tenant?: string; projects?: ReadonlyArray<string> | "*" } = {}) =>
   Effect.flatMap(TokenSigner, (s) =>
@@ -27,7 +31,7 @@ const tokenFor = (claims: { tenant?: string; projects?: ReadonlyArray<string> | 
       projects: (claims.projects ?? [project]) as ReadonlyArray<ProjectId>
     }))
 
-const body = { provider: "simulator", model: "sim-1", prompt: "a cat surfing", duration_seconds: 8 }
+const body = { provider: "openai", model: "sora-2", prompt: "a cat surfing", duration_seconds: 8 }
 
 const send = (
   method: "GET" | "POST",

@@ -6,6 +6,8 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { chromium } from "playwright-core"
+import { SESSION_COOKIE, TokenSigner } from "../../src/http/Auth.js"
+import type { TenantId, UserId } from "../../src/schema/ids.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { isCI, scaled, services } from "../support/env.js"
@@ -165,6 +167,35 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
         )
         yield* Effect.promise(() => page.unroute("**/events*"))
         yield* waitFor(`#connection[data-state="live"]`, 60_000)
+      }).pipe(Effect.scoped))
+
+    it.effect("signed in for every project of a tenant, the page makes the tenant's first project, then keeps to it", () =>
+      Effect.gen(function*() {
+        const tenant = uuid()
+        const token = yield* Effect.flatMap(
+          TokenSigner,
+          (s) => s.sign({ tenant_id: tenant as TenantId, sub: uuid() as UserId, projects: "*" })
+        )
+        const browser = yield* Effect.acquireRelease(
+          Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] })),
+          (b) => Effect.promise(() => b.close())
+        )
+        const page = yield* Effect.promise(async () => {
+          const context = await browser.newContext()
+          await context.addCookies([{ name: SESSION_COOKIE, value: token, url: platform }])
+          return context.newPage()
+        })
+        const shown = Effect.promise(async () => {
+          await page.goto(`${platform}/`)
+          await page.waitForSelector(`#connection[data-state="live"]`, { timeout: scaled(30_000) })
+          return page.locator("#project").textContent()
+        })
+        const first = yield* shown
+        const again = yield* shown
+        const sql = yield* SqlClient.SqlClient
+        const owned = yield* sql<{ project_id: string }>`SELECT project_id FROM projects WHERE tenant_id = ${tenant}`
+        expect(owned.map((p) => p.project_id)).toEqual([first])
+        expect(again).toBe(first)
       }).pipe(Effect.scoped))
   })
 })

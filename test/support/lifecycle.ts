@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Schedule } from "effect"
 import { TaskClient } from "../../src/entities/TaskClient.js"
+import { Projects } from "../../src/persistence/Projects.js"
 import { TaskAdmission } from "../../src/persistence/TaskAdmission.js"
 import { definitionOf } from "../../src/providers/providers.js"
 import type { AttemptId, ProjectId, ProviderName, TaskId, TenantId, UserId } from "../../src/schema/ids.js"
@@ -11,9 +12,12 @@ import { uuid } from "./tasks.js"
 export const startTask = (provider: string, options: { readonly tenantId?: string } = {}) =>
   Effect.gen(function*() {
     const admission = yield* TaskAdmission
+    const tenantId = (options.tenantId ?? uuid()) as TenantId
+    const projectId = uuid() as ProjectId
+    yield* (yield* Projects).ensure(tenantId, projectId)
     const { task } = yield* admission.admit({
-      tenantId: (options.tenantId ?? uuid()) as TenantId,
-      projectId: uuid() as ProjectId,
+      tenantId,
+      projectId,
       userId: uuid() as UserId,
       idempotencyKey: uuid(),
       requestHash: "h",

@@ -2,6 +2,7 @@ import type { SqlClient } from "@effect/sql"
 import { type Context, Duration, Effect, Schedule, Schema, Stream } from "effect"
 import type { NotificationBus } from "../../src/bus/NotificationBus.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
+import type { Projects } from "../../src/persistence/Projects.js"
 import type { TaskAdmission } from "../../src/persistence/TaskAdmission.js"
 import type { TaskStore } from "../../src/persistence/TaskStore.js"
 import { LiveTaskEvent } from "../../src/schema/events.js"
@@ -9,7 +10,7 @@ import type { AttemptId, TaskId } from "../../src/schema/ids.js"
 import { scaledDuration } from "./env.js"
 import { admitTask, observation } from "./tasks.js"
 
-export type RunnerServices = SqlClient.SqlClient | TaskClient | TaskAdmission | TaskStore
+export type RunnerServices = SqlClient.SqlClient | TaskClient | TaskAdmission | Projects | TaskStore
 
 export const decodeLive = Schema.decodeUnknownSync(Schema.parseJson(LiveTaskEvent))
 

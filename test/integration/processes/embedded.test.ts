@@ -4,7 +4,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { TokenSigner } from "../../../src/http/Auth.js"
-import type { ProjectId, TenantId, UserId } from "../../../src/schema/ids.js"
+import type { TenantId, UserId } from "../../../src/schema/ids.js"
 import { scaled } from "../../support/env.js"
 import { type Proc, spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
 import { freePort, withSettings } from "../../support/runner.js"
@@ -32,7 +32,6 @@ describe("npm start on the embedded PostgreSQL (PGlite)", () => {
       Effect.all([freePort, freePort, freePort, freePort])
     )
     const tenant = crypto.randomUUID() as TenantId
-    const project = crypto.randomUUID() as ProjectId
     const token = await Effect.runPromise(
       Effect.flatMap(
         TokenSigner,
@@ -49,6 +48,9 @@ describe("npm start on the embedded PostgreSQL (PGlite)", () => {
       expect(await withTimeout(second.exited, 60_000, "second runner refusal")).not.toBe(0)
       expect(second.output()).toContain("is in use by runner pid")
 
+      const made = await fetch(`http://127.0.0.1:${httpPort}/v1/projects`, { method: "POST", headers })
+      expect(made.status).toBe(201)
+      const project = ((await made.json()) as { project_id: string }).project_id
       const created = await fetch(`http://127.0.0.1:${httpPort}/v1/projects/${project}/tasks`, {
         method: "POST",
         headers: { ...headers, "idempotency-key": "k1" },
