@@ -43,14 +43,15 @@ export const startTcpProxy = async (targetPort: number, targetHost = "127.0.0.1"
     live.set(client, upstream)
     const closeBoth = () => {
       live.delete(client)
+      lost.delete(client)
       client.destroy()
       upstream.destroy()
       sockets.delete(client)
       sockets.delete(upstream)
     }
-    // a swallowed connection's ends close alone: neither is told (the server learns of a gone client on resume)
+    // while the link is silent, a swallowed connection's ends close alone: neither hears of the other
     const closeAlone = (socket: net.Socket) => () => {
-      if (!lost.has(client)) return closeBoth()
+      if (!lost.has(client) || mode !== "blackhole") return closeBoth()
       sockets.delete(socket)
       socket.destroy()
     }
@@ -80,15 +81,18 @@ export const startTcpProxy = async (targetPort: number, targetHost = "127.0.0.1"
     /** Connections refused while paused: a client that noticed the outage and tried to come back. */
     refused: () => refused,
     /**
-     * Ends a pause or a blackhole: new connections are forwarded again. Swallowed connections stay silent; for
-     * those whose client has gone, the server's next packet meets a reset now that the link is back: they close.
+     * Ends a pause or a blackhole: new connections are forwarded again. Swallowed connections stay silent, but a
+     * close reaches the other end again: a side whose peer has gone learns it (its next packet meets a reset), and
+     * a side that closes from now on is heard.
      */
     resume: () => {
       mode = "open"
       for (const [client, upstream] of [...lost]) {
-        if (!client.destroyed) continue
+        if (!client.destroyed && upstream?.destroyed !== true) continue
         lost.delete(client)
+        client.destroy()
         upstream?.destroy()
+        sockets.delete(client)
         if (upstream !== undefined) sockets.delete(upstream)
       }
     },
