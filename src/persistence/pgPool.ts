@@ -59,12 +59,14 @@ const droppingClient = (noAnswerMs: number, onDropped: OnDropped) =>
       return (this as unknown as { _queryable: boolean })._queryable === false
     }
 
+    // pg's overloads answer a promise, the submittable, or nothing (callback form): `any` matches them all
     override query(config: unknown, values?: unknown, callback?: unknown): any {
       const query = super.query.bind(this) as (...args: ReadonlyArray<unknown>) => unknown
       if (typeof (config as { submit?: unknown } | null)?.submit === "function") return query(config, values, callback)
       const done = typeof values === "function" ? values : typeof callback === "function" ? callback : undefined
       if (this.lost && done !== undefined && typeof config === "string" && /^\s*ROLLBACK\b/i.test(config)) {
-        return process.nextTick(() => done(undefined, { command: "ROLLBACK", rowCount: null, rows: [], fields: [] }))
+        process.nextTick(() => done(undefined, { command: "ROLLBACK", rowCount: null, rows: [], fields: [] }))
+        return
       }
       const started = Date.now()
       const timer = setTimeout(() => {
