@@ -1,9 +1,10 @@
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import * as Migrator from "@effect/sql/Migrator"
+import { SqlError } from "@effect/sql/SqlError"
 import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Duration, Effect, Layer, Metric, Option, Redacted, Runtime, Schedule } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import pg from "pg"
@@ -18,6 +19,7 @@ import propagation from "../../migrations/0007_propagation.js"
 import eventStreams from "../../migrations/0008_event_streams.js"
 import projectOwners from "../../migrations/0009_project_owners.js"
 import * as S from "../config/Settings.js"
+import { makePool } from "./pgPool.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -45,13 +47,21 @@ const runMigrations = Migrator.make({})({
 
 /**
  * Runs the project's migrations (migrations/) at runner start; idempotent. Runners starting together are
- * serialized by a session advisory lock held on a reserved connection while the Migrator runs.
+ * serialized by a session advisory lock held on a reserved connection while the Migrator runs. The lock is tried,
+ * not waited for: a wait on the server would outlast DB_STATEMENT_TIMEOUT while another runner migrates.
  */
 export const migrate = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const conn = yield* sql.reserve
+  const lock = conn.executeValues(`SELECT pg_try_advisory_lock(${MIGRATION_LOCK_KEY})`, []).pipe(
+    Effect.map((rows) => rows[0]?.[0] === true)
+  )
   yield* Effect.acquireRelease(
-    conn.executeRaw(`SELECT pg_advisory_lock(${MIGRATION_LOCK_KEY})`, []),
+    Effect.gen(function*() {
+      if (yield* lock) return
+      yield* Effect.logInfo("another runner is migrating: waiting for it")
+      yield* Effect.repeat(lock, { until: (locked) => locked, schedule: Schedule.spaced("200 millis") })
+    }),
     () => Effect.ignore(conn.executeRaw(`SELECT pg_advisory_unlock(${MIGRATION_LOCK_KEY})`, []))
   )
   return yield* runMigrations
@@ -60,22 +70,89 @@ const MIGRATION_LOCK_KEY = 7_340_001
 
 export const MigrationsLive = Layer.effectDiscard(migrate)
 
-/** PostgreSQL from DATABASE_URL: any number of runners may share it. */
+/** Connections dropped because PostgreSQL did not answer a query in time (a silent link). */
+const connectionsDropped = Metric.counter("db_connections_dropped", {
+  description: "pooled PostgreSQL connections dropped because a query got no answer in time",
+  incremental: true
+})
+
+/**
+ * PostgreSQL from DATABASE_URL: any number of runners may share it. The pool is bounded at every step (pgPool.ts):
+ * while the link is silent a request fails within DB_CONNECT_TIMEOUT or DB_STATEMENT_TIMEOUT + 1 s (503 at the API)
+ * instead of hanging, and the connections it hung on are dropped, so fresh ones serve as soon as the link is back.
+ * The cluster's storage shares this pool (its SqlClient), so its shard locks and messages are bounded the same way.
+ */
 export const layerPostgres = (options: {
   readonly url: Redacted.Redacted
   readonly maxConnections: number
   readonly applicationName?: string
-}) =>
-  PgClient.layer({
-    url: options.url,
-    maxConnections: options.maxConnections,
-    applicationName: options.applicationName ?? "task-control-plane",
+}) => {
+  const applicationName = options.applicationName ?? "task-control-plane"
+  return PgClient.layerFromPool({
+    acquire: Effect.gen(function*() {
+      const { link } = yield* Effect.orDie(DatabaseSettings.config)
+      const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+      const onDropped = (waitedMs: number) =>
+        runFork(
+          Effect.logWarning("database: no answer to a query; its connection is dropped and will be replaced").pipe(
+            Effect.annotateLogs({ waited_ms: waitedMs, application: applicationName }),
+            Effect.zipRight(Metric.increment(connectionsDropped))
+          )
+        )
+      const pool = yield* Effect.acquireRelease(
+        Effect.sync(() =>
+          makePool({
+            url: Redacted.value(options.url),
+            maxConnections: options.maxConnections,
+            applicationName,
+            types,
+            link,
+            onDropped
+          })
+        ),
+        (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption("1 second"))
+      )
+      // as PgClient.layer does: a runner that cannot reach its database fails at start, within the bounds
+      yield* Effect.tryPromise({
+        try: () => pool.query("SELECT 1"),
+        catch: (cause) => new SqlError({ cause, message: "PgClient: Failed to connect" })
+      })
+      return pool
+    }),
+    applicationName,
     types
   })
+}
+
+const positive = (s: S.Setting<Duration.Duration>) =>
+  S.refine(s, "must be longer than 0", (d) => Duration.greaterThan(d, Duration.zero))
 
 export const DatabaseSettings = S.area("Database", "where tasks, events and the cluster's tables live", {
   url: S.secret("DATABASE_URL", "PostgreSQL for any number of runners; unset: the embedded PGlite (one runner)"),
   poolSize: S.integer("DB_POOL_SIZE", "connections per runner (PostgreSQL only; PGlite takes 2)", 20, { min: 1 }),
+  link: S.all({
+    connectTimeout: positive(S.duration(
+      "DB_CONNECT_TIMEOUT",
+      "longest wait to open a connection or to get a free one from the pool; then the request fails (503)",
+      "5 seconds"
+    )),
+    statementTimeout: positive(S.duration(
+      "DB_STATEMENT_TIMEOUT",
+      "PostgreSQL cancels a statement that runs longer (statement_timeout; migrations too); a query still " +
+        "unanswered 1 s later has lost its link: it fails (503) and its connection is dropped and replaced",
+      "5 seconds"
+    )),
+    idleTimeout: positive(S.duration(
+      "DB_IDLE_TIMEOUT",
+      "an unused pooled connection is closed after this long",
+      "10 seconds"
+    )),
+    keepAlive: positive(S.duration(
+      "DB_KEEPALIVE",
+      "TCP keepalive: idle time before the first probe, at both ends (the server's tcp_keepalives_idle)",
+      "30 seconds"
+    ))
+  }),
   embeddedDataDir: S.string("EMBEDDED_DATA_DIR", "PGlite data folder when DATABASE_URL is unset", ".data/pglite")
 })
 

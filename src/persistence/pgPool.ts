@@ -1,0 +1,124 @@
+import { Duration } from "effect"
+import pg from "pg"
+import type * as Pg from "pg"
+
+/**
+ * The pg pool under PgClient, in plain Node (pg's own classes; Database.ts wraps it as Effect's PgClient).
+ *
+ * Why not `PgClient.layer`: it sets no statement or query timeout and no keepalive. With the link to PostgreSQL
+ * silent (connections open, nothing coming back: a firewall or a NAT that forgot them), every request waited for an
+ * answer that never came — no reply for 35–45 s and more — and the pool lent the same dead connections again after
+ * the link returned (no recovery 64 s later). pg's own `query_timeout` does not help alone: it fails the query but
+ * keeps the connection, still waiting on the lost reply, and the pool takes it back as healthy.
+ */
+export interface LinkSettings {
+  /** Opening a connection, or waiting for a free one, fails after this. */
+  readonly connectTimeout: Duration.Duration
+  /** PostgreSQL cancels a statement that runs longer (its connection stays usable). */
+  readonly statementTimeout: Duration.Duration
+  /** An unused pooled connection is closed after this. */
+  readonly idleTimeout: Duration.Duration
+  /** TCP keepalive: idle time before the first probe, at both ends. */
+  readonly keepAlive: Duration.Duration
+}
+
+/**
+ * How long past the statement timeout a query may go unanswered before its link is taken for dead: by then the
+ * server has answered, with rows or with its cancel, unless nothing reaches us.
+ */
+const NO_ANSWER_GRACE = Duration.seconds(1)
+
+/** A transaction left idle this long has lost its client; above the outbox relay's publish bound (10 s) inside one. */
+const IDLE_IN_TRANSACTION_TIMEOUT = Duration.minutes(1)
+
+/** The server's keepalive probes after the idle time: it frees a vanished client's locks within 30 s more. */
+const SERVER_KEEPALIVE_INTERVAL_SECONDS = 10
+const SERVER_KEEPALIVE_COUNT = 3
+
+/** Called when a connection is dropped for want of an answer, with how long it waited (ms). */
+export type OnDropped = (waitedMs: number) => void
+
+/**
+ * A pg client that gives up on its connection when a query goes unanswered: the socket is destroyed, so the query
+ * fails at once (a 503 at the API), and the pool never lends the connection again (a destroyed client is not
+ * queryable, and the pool removes it on release). Cursors (no single answer) are not watched; nothing here uses them.
+ *
+ * A ROLLBACK on a lost connection succeeds: the server rolls the transaction back when the session ends. @effect/sql
+ * makes a failed ROLLBACK a defect (`orDie`), so a transaction whose connection was lost answered 500 instead of the
+ * 503 its first error means; this holds for the cluster's storage transactions too.
+ */
+const droppingClient = (noAnswerMs: number, onDropped: OnDropped) =>
+  class DroppingClient extends pg.Client {
+    constructor(config: Pg.ClientConfig = {}) {
+      // the client's own watch replaces pg's query_timeout, which the pool's options carry for the LISTEN client
+      super({ ...config, query_timeout: undefined })
+    }
+
+    /** pg's own flag, read as pg-pool reads it: false once the connection has failed. */
+    private get lost(): boolean {
+      return (this as unknown as { _queryable: boolean })._queryable === false
+    }
+
+    // pg's overloads answer a promise, the submittable, or nothing (callback form): `any` matches them all
+    override query(config: unknown, values?: unknown, callback?: unknown): any {
+      const query = super.query.bind(this) as (...args: ReadonlyArray<unknown>) => unknown
+      if (typeof (config as { submit?: unknown } | null)?.submit === "function") return query(config, values, callback)
+      const done = typeof values === "function" ? values : typeof callback === "function" ? callback : undefined
+      if (this.lost && done !== undefined && typeof config === "string" && /^\s*ROLLBACK\b/i.test(config)) {
+        process.nextTick(() => done(undefined, { command: "ROLLBACK", rowCount: null, rows: [], fields: [] }))
+        return
+      }
+      const started = Date.now()
+      const timer = setTimeout(() => {
+        onDropped(Date.now() - started)
+        this.connection.stream.destroy(new Error(`no answer from PostgreSQL within ${noAnswerMs} ms`))
+      }, noAnswerMs)
+      const answered = () => clearTimeout(timer)
+      const watched = (f: (...args: ReadonlyArray<unknown>) => void) => (...args: ReadonlyArray<unknown>) => {
+        answered()
+        f(...args)
+      }
+      if (typeof values === "function") return query(config, watched(values as never))
+      if (typeof callback === "function") return query(config, values, watched(callback as never))
+      const result = query(config, values) as Promise<unknown>
+      result.then(answered, answered)
+      return result
+    }
+  }
+
+/** A pool whose connections time out, are watched for answers, and are kept alive at both ends of the link. */
+export const makePool = (options: {
+  readonly url: string
+  readonly maxConnections: number
+  readonly applicationName: string
+  readonly types: Pg.CustomTypesConfig
+  readonly link: LinkSettings
+  readonly onDropped: OnDropped
+}): pg.Pool => {
+  const { link } = options
+  const statementMs = Duration.toMillis(link.statementTimeout)
+  const noAnswerMs = statementMs + Duration.toMillis(NO_ANSWER_GRACE)
+  const keepAliveSeconds = Math.max(1, Math.round(Duration.toSeconds(link.keepAlive)))
+  const pool = new pg.Pool({
+    connectionString: options.url,
+    max: options.maxConnections,
+    application_name: options.applicationName,
+    types: options.types,
+    Client: droppingClient(noAnswerMs, options.onDropped),
+    connectionTimeoutMillis: Duration.toMillis(link.connectTimeout),
+    idleTimeoutMillis: Duration.toMillis(link.idleTimeout),
+    keepAlive: true,
+    keepAliveInitialDelayMillis: Duration.toMillis(link.keepAlive),
+    statement_timeout: statementMs,
+    // for the LISTEN client, which sql-pg builds from these options as a plain pg.Client
+    query_timeout: noAnswerMs,
+    idle_in_transaction_session_timeout: Duration.toMillis(IDLE_IN_TRANSACTION_TIMEOUT),
+    // the server's side of keepalive (an `options` in DATABASE_URL takes precedence over these)
+    options:
+      `-c tcp_keepalives_idle=${keepAliveSeconds} -c tcp_keepalives_interval=${SERVER_KEEPALIVE_INTERVAL_SECONDS}` +
+      ` -c tcp_keepalives_count=${SERVER_KEEPALIVE_COUNT}`
+  })
+  // an idle connection that failed (the server ended it): the pool has removed it, the next use opens another
+  pool.on("error", () => {})
+  return pool
+}
