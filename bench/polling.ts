@@ -16,7 +16,7 @@ import { createServer } from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
-import { devSecret } from "../src/simulator/devSecrets.js"
+import { devSecret } from "../src/providers/devSecrets.js"
 import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
 import { freePort, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
