@@ -176,7 +176,15 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
     const signStream = (principal: Principal["Type"], projectId: ProjectId, ttlSeconds: number) =>
       signJwt("stream", { tenant_id: principal.tenantId, project: projectId }, principal.userId, ttlSeconds)
 
-    const verifyStream = (token: string) => verifyJwt("stream", token, StreamClaims, "invalid or expired stream token")
+    /**
+     * A stream token's claims, and until when it is accepted (exp plus the skew): its spent id must be kept that long,
+     * or it could be presented again once forgotten.
+     */
+    const verifyStream = (token: string) =>
+      Effect.map(
+        verifyJwt("stream", token, StreamClaims, "invalid or expired stream token"),
+        (claims) => ({ ...claims, acceptedUntil: new Date((claims.exp + skewSeconds) * 1000) })
+      )
 
     return { sign, verify, signStream, verifyStream, development } as const
   })
