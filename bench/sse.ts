@@ -34,6 +34,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
+import { ISSUER, TokenKinds } from "../src/http/Auth.js"
 import { percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 // ---- file descriptors: raise the soft limit to the hard one, re-running this program under `ulimit -Sn` ----
@@ -468,9 +469,10 @@ const main = async () => {
     const tokens = await Promise.all(
       Array.from({ length: CLIENTS }, () =>
         new jose.SignJWT({ tenant_id: tenant, projects: "*" })
-          .setProtectedHeader({ alg: "HS256" })
+          .setProtectedHeader({ alg: "HS256", typ: TokenKinds.access.typ })
           .setSubject(crypto.randomUUID())
-          .setIssuer("task-control-plane")
+          .setIssuer(ISSUER)
+          .setAudience(TokenKinds.access.audience)
           .setIssuedAt()
           .setExpirationTime("1h")
           .sign(signingKey))

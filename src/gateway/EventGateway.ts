@@ -3,13 +3,19 @@
  * plain `Connection` object fed synchronously by its project feed. A Scope and a fiber per connection kept the
  * opening fiber's state for the stream's life: dropping them took an idle stream from 20.6 to 10.2 KiB of heap.
  */
-import { Effect, Option, Stream } from "effect"
-import { checkCursor, type CursorProblem, EventLog, type StreamEvent } from "../persistence/EventLog.js"
+import { Effect, Exit, Option, Stream } from "effect"
+import {
+  checkCursor,
+  type CursorProblem,
+  EventLog,
+  type StreamEvent,
+  type StreamHead
+} from "../persistence/EventLog.js"
 import { EventCursor } from "../schema/cursor.js"
 import { ProjectNotFound } from "../schema/errors.js"
 import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
 import { ConnectionBuffer } from "./ConnectionBuffer.js"
-import { ConnectionLimits } from "./ConnectionLimits.js"
+import { ConnectionLimits, type TooManyConnections } from "./ConnectionLimits.js"
 import { type FeedListener, ProjectFeeds } from "./ProjectFeeds.js"
 import { StreamSettings } from "./streamSettings.js"
 
@@ -34,6 +40,14 @@ export interface StreamRequest {
   readonly after: EventCursor | undefined
   /** only this task's events */
   readonly taskId: string | undefined
+}
+
+/** A stream let in by the limits, not yet opened (see `admit`). */
+export interface Admission {
+  readonly request: StreamRequest
+  readonly head: StreamHead
+  /** Gives its place in the limits back; idempotent (the opened stream calls it when it ends). */
+  readonly release: () => void
 }
 
 /**
@@ -164,14 +178,33 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
       })
 
     /**
-     * Opens a stream for an authenticated client: resets a cursor that cannot be served, follows the project's
-     * feed first, replays from PostgreSQL up to (at least) where the feed stands, then goes live. Returns the
-     * function the transport calls when the client is gone.
+     * Admits an authenticated client before anything is sent to it, then runs `use` (an upgrade, `open`): the project
+     * exists for its tenant (else ProjectNotFound) and the user and tenant are within their stream limits (else
+     * TooManyConnections). A WebSocket is admitted before its upgrade, so a refusal is a plain HTTP answer (404, 429
+     * with Retry-After) as for SSE. The place taken in the limits is given back if `use` fails or is interrupted
+     * (the client left mid-upgrade); once `use` succeeds it belongs to the opened stream.
      */
-    const connect = Effect.fn("EventGateway.connect")(function*(request: StreamRequest, transport: Transport) {
-      const head = yield* log.open(request.tenantId, request.projectId)
-      if (Option.isNone(head)) return yield* new ProjectNotFound({ projectId: request.projectId })
-      const release = yield* limits.admit(request.tenantId, request.userId)
+    const admit = <A, E, R>(request: StreamRequest, use: (admission: Admission) => Effect.Effect<A, E, R>) =>
+      Effect.flatMap(log.open(request.tenantId, request.projectId), (head): Effect.Effect<
+        A,
+        E | ProjectNotFound | TooManyConnections,
+        R
+      > =>
+        Option.isNone(head)
+          ? Effect.fail(new ProjectNotFound({ projectId: request.projectId }))
+          : Effect.acquireUseRelease(
+            limits.admit(request.tenantId, request.userId),
+            (release) => use({ request, head: head.value, release }),
+            (release, exit) => Exit.isFailure(exit) ? Effect.sync(release) : Effect.void
+          ))
+
+    /**
+     * Opens an admitted stream: resets a cursor that cannot be served, follows the project's feed first, replays
+     * from PostgreSQL up to (at least) where the feed stands, then goes live. Returns the function the transport
+     * calls when the client is gone.
+     */
+    const open = Effect.fn("EventGateway.open")(function*(admission: Admission, transport: Transport) {
+      const { release, request } = admission
       let leave: Effect.Effect<void> = Effect.void
       stats.open++
       stats.opened++
@@ -188,7 +221,7 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
 
       const run = Effect.gen(function*() {
         transport.open()
-        const current = head.value
+        const current = admission.head
         const headCursor = new EventCursor({ epoch: current.epoch, seq: current.lastSeq }).toString()
         const problem = request.after === undefined ? null : checkCursor(current, request.after)
         if (problem !== null) {
@@ -217,6 +250,10 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
       return closed
     })
 
-    return { connect, stats: Effect.sync(() => ({ ...stats })) } as const
+    /** Admits and opens in one step (SSE: its refusals are plain HTTP answers anyway). */
+    const connect = (request: StreamRequest, transport: Transport) =>
+      admit(request, (admission) => open(admission, transport))
+
+    return { admit, open, connect, stats: Effect.sync(() => ({ ...stats })) } as const
   })
 }) {}

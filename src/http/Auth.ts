@@ -1,7 +1,8 @@
 import { HttpApiMiddleware, HttpApiSecurity, HttpServerRequest } from "@effect/platform"
-import { Context, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Metric, Option, Redacted, Schema } from "effect"
 import * as jose from "jose"
 import * as S from "../config/Settings.js"
+import { ProviderSettings } from "../providers/ProviderSettings.js"
 import { Unauthorized } from "../schema/errors.js"
 import { ProjectId, TenantId, UserId } from "../schema/ids.js"
 
@@ -10,14 +11,24 @@ export const AuthSettings = S.area("Auth", "bearer tokens, session cookies and b
   secret: S.refine(
     S.secret(
       "AUTH_SECRET",
-      "HS256 key of bearer and stream tokens, at least 32 characters; unset: a development secret (warned)"
+      "HS256 key of bearer and stream tokens, at least 32 characters; unset: development mode (a development secret, warned), and HTTP_HOST must be loopback"
     ),
     "must be at least 32 characters",
     (s) => Option.isNone(s) || Redacted.value(s.value).length >= 32
   ),
+  // bounded: a token's lifetime is its exp; a tolerance of minutes would make a one-minute stream token live for them
+  clockSkew: S.refine(
+    S.duration(
+      "AUTH_CLOCK_SKEW",
+      "how far a token's iat/nbf may lie in the future, and its exp in the past (signer and runner clocks differ); at most 5 minutes",
+      "30 seconds"
+    ),
+    "must be at most 5 minutes",
+    (d) => Duration.lessThanOrEqualTo(d, Duration.minutes(5))
+  ),
   allowedOrigins: S.list(
     "ALLOWED_ORIGINS",
-    "comma-separated browser origins allowed to use a session cookie or open a stream; unset: the runner's own origin",
+    "comma-separated browser origins (scheme://host[:port]) allowed to use a session cookie or open a stream; unset: the runner's own origin (PUBLIC_BASE_URL's scheme, the request's host)",
     []
   )
 })
@@ -32,6 +43,7 @@ export class Principal extends Context.Tag("Principal")<Principal, {
 export const canSee = (principal: Principal["Type"], projectId: ProjectId): boolean =>
   principal.projects === "*" || principal.projects.includes(projectId)
 
+/** An access token's claims (besides iss, aud, iat, exp). */
 const Claims = Schema.Struct({
   tenant_id: TenantId,
   sub: UserId,
@@ -54,11 +66,21 @@ export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("Aut
   }
 }) {}
 
-const ISSUER = "task-control-plane"
+export const ISSUER = "task-control-plane"
+
+/**
+ * What a token is for, told by its JOSE `typ` header and its audience, never by which claims it happens to carry: an
+ * access token (bearer, session cookie) is refused as a stream token and a stream token as an access token, whatever
+ * claims either has. Exported for programs that mint their own (bench/sse.ts) and for tests of the checks.
+ */
+export const TokenKinds = {
+  access: { typ: "at+jwt", audience: "task-control-plane:api" },
+  stream: { typ: "stream+jwt", audience: "task-control-plane:stream" }
+} as const
+type TokenKind = keyof typeof TokenKinds
 
 /** A single-use stream token's claims: one project, one user, one minute. */
 const StreamClaims = Schema.Struct({
-  typ: Schema.Literal("stream"),
   tenant_id: TenantId,
   sub: UserId,
   project: ProjectId,
@@ -66,75 +88,138 @@ const StreamClaims = Schema.Struct({
   exp: Schema.Number
 })
 
+/** Every token names its subject, when it was issued and when it expires: one without an expiry is refused. */
+const REQUIRED_CLAIMS = ["sub", "iat", "exp"]
+
+/** Tokens refused, by kind and reason (the failed claim, or jose's code: signature, malformed …). */
+const tokensRefused = Metric.counter("auth_tokens_refused", { description: "bearer, cookie and stream tokens refused" })
+
+const refusalReason = (e: unknown): string =>
+  e instanceof jose.errors.JWTClaimValidationFailed
+    ? `claim_${e.claim}`
+    : e instanceof jose.errors.JWTExpired
+    ? "expired"
+    : e instanceof jose.errors.JOSEError
+    ? e.code
+    : "malformed"
+
 /** Signs and verifies HS256 bearer tokens with the server secret (AUTH_SECRET). */
 export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
   effect: Effect.gen(function*() {
-    const { secret } = yield* AuthSettings.config
+    const { clockSkew, secret } = yield* AuthSettings.config
     const key = new TextEncoder().encode(
       Option.match(secret, {
         onNone: () => "development-secret-change-me-please-000000",
         onSome: Redacted.value
       })
     )
-    if (Option.isNone(secret)) yield* Effect.logWarning("AUTH_SECRET is unset: using the development secret")
     /** Development mode (no AUTH_SECRET): the live page may sign itself in as the development tenant. */
     const development = Option.isNone(secret)
+    const skewSeconds = Math.floor(Duration.toSeconds(clockSkew))
 
     /** Signs `claims` for `subject`, valid `ttlSeconds`; stream tokens also get an id (`jti`) to be spent once. */
-    const signJwt = (claims: jose.JWTPayload, subject: string, ttlSeconds: number, withId: boolean) => {
-      const jwt = new jose.SignJWT(claims).setProtectedHeader({ alg: "HS256" }).setSubject(subject).setIssuer(ISSUER)
-      if (withId) jwt.setJti(crypto.randomUUID())
-      return Effect.promise(() => jwt.setIssuedAt().setExpirationTime(`${ttlSeconds}s`).sign(key))
-    }
+    const signJwt = (kind: TokenKind, claims: jose.JWTPayload, subject: string, ttlSeconds: number) =>
+      Effect.flatMap(Clock.currentTimeMillis, (ms) => {
+        const now = Math.floor(ms / 1000)
+        const jwt = new jose.SignJWT(claims)
+          .setProtectedHeader({ alg: "HS256", typ: TokenKinds[kind].typ })
+          .setSubject(subject)
+          .setIssuer(ISSUER)
+          .setAudience(TokenKinds[kind].audience)
+          .setIssuedAt(now)
+          .setExpirationTime(now + ttlSeconds)
+        if (kind === "stream") jwt.setJti(crypto.randomUUID())
+        return Effect.promise(() => jwt.sign(key))
+      })
 
-    /** Verifies signature, issuer and expiry, then decodes the claims with `schema`; any failure is 401. */
-    const verifyJwt = <A, I>(token: string, schema: Schema.Schema<A, I>, message: string) =>
-      Effect.tryPromise({
-        try: () => jose.jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"] }),
-        catch: () => new Unauthorized({ message })
-      }).pipe(
-        Effect.flatMap(({ payload }) => Schema.decodeUnknown(schema)(payload)),
-        Effect.mapError(() => new Unauthorized({ message }))
-      )
+    /**
+     * Verifies signature, kind (typ and audience), issuer, the required claims, expiry and not-before (each within
+     * AUTH_CLOCK_SKEW), that it was not issued in the future (jose checks `iat` only against a maximum age), then
+     * decodes the claims with `schema`; any failure is 401.
+     */
+    const verifyJwt = <A, I>(kind: TokenKind, token: string, schema: Schema.Schema<A, I>, message: string) =>
+      Effect.gen(function*() {
+        const now = new Date(yield* Clock.currentTimeMillis)
+        const refused = (reason: string) =>
+          Effect.logDebug("token refused").pipe(
+            Effect.annotateLogs({ token_kind: kind, reason }),
+            Effect.zipRight(
+              Metric.increment(Metric.tagged(Metric.tagged(tokensRefused, "kind", kind), "reason", reason))
+            ),
+            Effect.zipRight(Effect.fail(new Unauthorized({ message })))
+          )
+        const verified = yield* Effect.tryPromise(() =>
+          jose.jwtVerify(token, key, {
+            issuer: ISSUER,
+            audience: TokenKinds[kind].audience,
+            typ: TokenKinds[kind].typ,
+            algorithms: ["HS256"],
+            requiredClaims: REQUIRED_CLAIMS,
+            clockTolerance: skewSeconds,
+            currentDate: now
+          })
+        ).pipe(Effect.catchAll((e) => refused(refusalReason(e.error))))
+        if (verified.payload.iat! > now.getTime() / 1000 + skewSeconds) return yield* refused("claim_iat")
+        return yield* Schema.decodeUnknown(schema)(verified.payload).pipe(Effect.catchAll(() => refused("claims")))
+      })
 
     const sign = (claims: typeof Claims.Type, ttlSeconds = 3600) =>
-      signJwt({ tenant_id: claims.tenant_id, projects: claims.projects }, claims.sub, ttlSeconds, false)
+      signJwt("access", { tenant_id: claims.tenant_id, projects: claims.projects }, claims.sub, ttlSeconds)
 
     const verify = (token: string) =>
       Effect.map(
-        verifyJwt(token, Claims, "invalid or expired token"),
+        verifyJwt("access", token, Claims, "invalid or expired token"),
         (c) => ({ tenantId: c.tenant_id, userId: c.sub, projects: c.projects })
       )
 
     /** A short-lived, single-use token for one project's event stream (EventSource cannot send headers). */
     const signStream = (principal: Principal["Type"], projectId: ProjectId, ttlSeconds: number) =>
-      signJwt({ typ: "stream", tenant_id: principal.tenantId, project: projectId }, principal.userId, ttlSeconds, true)
+      signJwt("stream", { tenant_id: principal.tenantId, project: projectId }, principal.userId, ttlSeconds)
 
-    const verifyStream = (token: string) => verifyJwt(token, StreamClaims, "invalid or expired stream token")
+    /**
+     * A stream token's claims, and until when it is accepted (exp plus the skew): its spent id must be kept that long,
+     * or it could be presented again once forgotten.
+     */
+    const verifyStream = (token: string) =>
+      Effect.map(
+        verifyJwt("stream", token, StreamClaims, "invalid or expired stream token"),
+        (claims) => ({ ...claims, acceptedUntil: new Date((claims.exp + skewSeconds) * 1000) })
+      )
 
     return { sign, verify, signStream, verifyStream, development } as const
   })
 }) {}
 
 /**
- * Which browser origins may use a session cookie or open a stream: ALLOWED_ORIGINS (comma-separated), or by
- * default the runner's own origin (the Origin's host equals the request's Host).
+ * What browsers may do, from configuration only (never from request headers, which a client writes): which origins
+ * may use a session cookie or open a stream — ALLOWED_ORIGINS (comma-separated), or by default the runner's own
+ * origin, i.e. PUBLIC_BASE_URL's scheme with the request's Host (the runner may be reached under several names) — and
+ * whether the session cookie is `Secure` (PUBLIC_BASE_URL is https: behind a TLS-terminating proxy the runner itself
+ * sees plain HTTP). An origin is scheme, host and port: http://host and https://host are different origins.
  */
 export class OriginPolicy extends Effect.Service<OriginPolicy>()("OriginPolicy", {
   effect: Effect.gen(function*() {
     const { allowedOrigins: listed } = yield* AuthSettings.config
-    const allowed = new Set(listed.map((o) => o.trim().replace(/\/$/, "")).filter((o) => o.length > 0))
+    const { publicBaseUrl } = yield* ProviderSettings.config
+    const normalized = (origin: string): string | undefined => {
+      try {
+        const url = new URL(origin)
+        return url.origin === "null" ? undefined : url.origin
+      } catch {
+        return undefined
+      }
+    }
+    const allowed = new Set(listed.flatMap((o) => normalized(o.trim()) ?? []))
+    const scheme = /^https:/i.test(publicBaseUrl) ? "https:" : "http:"
     /** An absent Origin is a same-origin GET or a non-browser client: the credential decides alone. */
     const accepts = (origin: string | undefined, host: string | undefined): boolean => {
       if (origin === undefined) return true
-      if (allowed.size > 0) return allowed.has(origin)
-      try {
-        return host !== undefined && new URL(origin).host === host
-      } catch {
-        return false
-      }
+      const given = normalized(origin)
+      if (given === undefined) return false
+      if (allowed.size > 0) return allowed.has(given)
+      return host !== undefined && given === normalized(`${scheme}//${host}`)
     }
-    return { accepts } as const
+    return { accepts, secureCookies: scheme === "https:" } as const
   })
 }) {}
 

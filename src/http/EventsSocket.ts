@@ -3,13 +3,13 @@
  * and replaying run as Effects; an open socket is plain callbacks, for the same per-connection cost as SSE
  * (RawRoutes.ts) and because the platform's WebSocket server has no frame limit, ping or send buffer to watch.
  */
-import { Duration, Effect, type Fiber, FiberSet, Layer, Option } from "effect"
+import { Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
-import { EventLog, type StreamEvent } from "../persistence/EventLog.js"
+import type { EventLog, StreamEvent } from "../persistence/EventLog.js"
 import type { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { authorizeStream, EVENTS_PATH, StreamRefused } from "./StreamAuth.js"
@@ -31,14 +31,16 @@ const reasons: Record<number, string> = {
   401: "Unauthorized",
   403: "Forbidden",
   404: "Not Found",
+  429: "Too Many Requests",
   503: "Service Unavailable"
 }
 
-/** Refuses an upgrade with a plain HTTP answer (the socket never becomes a WebSocket). */
-const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
-  const body = JSON.stringify({ _tag: "StreamRefused", message })
+/** Refuses an upgrade with a plain HTTP answer (the socket never becomes a WebSocket), as SSE answers. */
+const refuseUpgrade = (socket: Duplex, status: number, tag: string, message: string, retryAfter?: number) => {
+  const body = JSON.stringify({ _tag: tag, message })
   socket.end(
     `HTTP/1.1 ${status} ${reasons[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
+      (retryAfter === undefined ? "" : `Retry-After: ${retryAfter}\r\n`) +
       `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
   )
 }
@@ -53,7 +55,6 @@ const refuseUpgrade = (socket: Duplex, status: number, message: string) => {
 export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const routes = yield* RawRoutes
   const gateway = yield* EventGateway
-  const log = yield* EventLog
   const c = yield* StreamSettings.config
   const { wsMaxFrame: maxFrame, wsPingInterval: pingEvery, wsSendBuffer: sendBuffer, writeDeadline: deadline } = c
   const deadlineMs = Duration.toMillis(deadline)
@@ -117,37 +118,28 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
     // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours
     let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
       authorizeStream(req, url).pipe(
-        // another tenant's project is refused with 404 before the upgrade, like SSE
-        Effect.tap((request) =>
-          Effect.flatMap(
-            log.open(request.tenantId, request.projectId),
-            (head) =>
-              Option.isNone(head)
-                ? Effect.fail(new StreamRefused({ status: 404, message: "project not found" }))
-                : Effect.void
-          )
-        ),
+        // another tenant's project (404) and a user or tenant over its stream limits (429 with Retry-After) are
+        // refused before the upgrade, like SSE; a place in the limits is held from here, given back if the upgrade fails
         Effect.flatMap((request) =>
-          Effect.flatMap(upgrade(req, socket, head), (ws) => {
-            watch(ws)
-            return gateway.connect(request, transportOf(ws, socket)).pipe(
-              Effect.tap((onClosed) =>
-                Effect.sync(() => {
-                  if (socket.destroyed) run(onClosed)
-                  else closed = onClosed
-                })
-              ),
-              Effect.catchTags({
-                ProjectNotFound: () => Effect.sync(() => ws.close(4404, "project not found")),
-                TooManyConnections: (e) => Effect.sync(() => ws.close(4429, e.message)),
-                StorageUnavailable: () => Effect.sync(() => ws.close(1013, "try again later"))
-              })
-            )
-          })
+          gateway.admit(request, (admission) =>
+            Effect.flatMap(upgrade(req, socket, head), (ws) => {
+              watch(ws)
+              return gateway.open(admission, transportOf(ws, socket)).pipe(
+                Effect.tap((onClosed) =>
+                  Effect.sync(() => {
+                    if (socket.destroyed) run(onClosed)
+                    else closed = onClosed
+                  })
+                )
+              )
+            }))
         ),
         Effect.catchTags({
-          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, e.status, e.message)),
-          StorageUnavailable: () => Effect.sync(() => refuseUpgrade(socket, 503, "the database is unavailable"))
+          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, e.status, e._tag, e.message)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseUpgrade(socket, 404, e._tag, e.message)),
+          TooManyConnections: (e) =>
+            Effect.sync(() => refuseUpgrade(socket, 429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseUpgrade(socket, 503, e._tag, e.message))
         }),
         Effect.catchAllCause((cause) =>
           Effect.logError("WebSocket stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => socket.destroy())))

@@ -5,7 +5,7 @@ import { Projects } from "../persistence/Projects.js"
 import { ProjectNotFound, Unauthorized } from "../schema/errors.js"
 import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
 import { ControlPlaneApi } from "./Api.js"
-import { canSee, Principal, SESSION_COOKIE, TokenSigner } from "./Auth.js"
+import { canSee, OriginPolicy, Principal, SESSION_COOKIE, TokenSigner } from "./Auth.js"
 import { SessionView, StreamToken } from "./SessionApi.js"
 
 /** The development tenant and project the live page signs in as when no AUTH_SECRET is configured. */
@@ -16,21 +16,20 @@ const DEV_USER = "00000000-0000-4000-8000-00000000d0b1" as UserId
 const STREAM_TOKEN_TTL = 60
 const SESSION_TTL = 12 * 3600
 
-/** Secure cookies, except on plain-HTTP loopback (the development set-up), where browsers would drop them. */
-const setSession = (token: string) =>
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-    const host = request.headers["host"] ?? ""
-    const loopback = /^(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/.test(host)
-    return HttpApp.appendPreResponseHandler((_req, response) =>
-      Effect.orDie(HttpServerResponse.setCookie(response, SESSION_COOKIE, token, {
-        httpOnly: true,
-        sameSite: "strict",
-        secure: !loopback,
-        path: "/",
-        maxAge: `${SESSION_TTL} seconds`
-      }))
-    )
-  })
+/**
+ * The session cookie: `Secure` when browsers reach the platform over https (PUBLIC_BASE_URL), never decided by the
+ * request's Host header, which the client writes (a loopback Host used to turn Secure off on a public deployment).
+ */
+const setSession = (token: string, secure: boolean) =>
+  HttpApp.appendPreResponseHandler((_req, response) =>
+    Effect.orDie(HttpServerResponse.setCookie(response, SESSION_COOKIE, token, {
+      httpOnly: true,
+      sameSite: "strict",
+      secure,
+      path: "/",
+      maxAge: `${SESSION_TTL} seconds`
+    }))
+  )
 
 const view = (p: Principal["Type"], development: boolean) =>
   new SessionView({ tenant_id: p.tenantId, user_id: p.userId, projects: p.projects, development })
@@ -40,13 +39,14 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
     const signer = yield* TokenSigner
     const log = yield* EventLog
     const projects = yield* Projects
+    const { secureCookies } = yield* OriginPolicy
     return handlers
       .handle("open", () =>
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
           const bearer = /^Bearer (\S+)$/i.exec(request.headers["authorization"] ?? "")
           // authenticated by the cookie itself: the session is already there
-          if (bearer !== null) yield* setSession(bearer[1]!)
+          if (bearer !== null) yield* setSession(bearer[1]!, secureCookies)
           return view(yield* Principal, signer.development)
         }))
       .handle("current", () => Effect.map(Principal, (p) => view(p, signer.development)))
@@ -72,7 +72,8 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
           yield* projects.ensure(DEV_TENANT, DEV_PROJECT)
           const principal = { tenantId: DEV_TENANT, userId: DEV_USER, projects: [DEV_PROJECT] }
           yield* setSession(
-            yield* signer.sign({ tenant_id: DEV_TENANT, sub: DEV_USER, projects: [DEV_PROJECT] }, SESSION_TTL)
+            yield* signer.sign({ tenant_id: DEV_TENANT, sub: DEV_USER, projects: [DEV_PROJECT] }, SESSION_TTL),
+            secureCookies
           )
           return view(principal, true)
         }))

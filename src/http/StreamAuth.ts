@@ -53,7 +53,7 @@ export const authorizeStream = Effect.fn("StreamAuth.authorize")(function*(reque
   } else if (streamToken !== null) {
     const claims = yield* Effect.mapError(signer.verifyStream(streamToken), unauthorized)
     if (claims.project !== projectId.right) return yield* refuse(404, "project not found")
-    const fresh = yield* log.spendToken(claims.jti, new Date(claims.exp * 1000)).pipe(
+    const fresh = yield* log.spendToken(claims.jti, claims.acceptedUntil).pipe(
       Effect.mapError(() => refuse(503, "the database is unavailable: retry later"))
     )
     if (!fresh) return yield* refuse(401, "this stream token was already used")

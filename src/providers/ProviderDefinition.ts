@@ -63,6 +63,11 @@ export interface ClientContext {
 export interface WebhookContext {
   readonly toleranceSeconds: number
   readonly callbackTokens: ReadonlyArray<VersionedSecret>
+  /**
+   * Which of its secrets a verifier may use (each passes them through this): the simulator's development secrets are
+   * dropped unless this provider's base URL is on this machine (ProviderRegistry). None left: no endpoint (404).
+   */
+  readonly usable: (secrets: ReadonlyArray<VersionedSecret>) => ReadonlyArray<VersionedSecret>
 }
 
 /** What the webhook gateway sees of a request: enough to verify it, nothing parsed yet. */

@@ -31,7 +31,7 @@ const clientSettings = (d: ProviderDefinition) =>
 export const ProviderSettings = S.area("providers", "Provider APIs: addresses, keys, timeouts", {
   publicBaseUrl: S.string(
     "PUBLIC_BASE_URL",
-    "Where providers reach this platform's webhooks (/webhooks/<provider>)",
+    "This platform's public URL: providers' webhooks go to /webhooks/<provider>; https makes the session cookie Secure and is the scheme of the default allowed Origin",
     "http://127.0.0.1:3000"
   ),
   timeout: S.duration("PROVIDER_TIMEOUT", "Time limit of one provider call (submit, query, cancel)", "15 seconds"),

@@ -22,24 +22,27 @@ const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 export const standardWebhooks = (secretName: string, title: string): WebhookDefinition["verifier"] =>
   S.map(
     secretPair(secretName, `${title} webhook signing secret (whsec_…); unset, ${title} webhooks are refused (404)`),
-    (secrets) => ({ toleranceSeconds }) =>
-      secrets.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
+    (configured) => ({ toleranceSeconds, usable }) => {
+      const secrets = usable(configured)
+      return secrets.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
         Effect.map(
           now,
           (at) => verifyStandardWebhook({ secrets, headers: r.headers, body: r.body, now: at, toleranceSeconds })
         )
       ))
+    }
   )
 
 /** Unsigned callbacks (Luma): the per-attempt token we put in the callback URL. */
 export const callbackTokens = (provider: string): WebhookDefinition["verifier"] =>
-  constant(({ callbackTokens }) =>
-    callbackTokens.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
+  constant(({ callbackTokens, usable }) => {
+    const secrets = usable(callbackTokens)
+    return secrets.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
       Effect.succeed(verifyCallbackToken({
-        secrets: callbackTokens,
+        secrets,
         provider,
         attemptId: r.query.get("attempt"),
         token: r.query.get("token")
       }))
     ))
-  )
+  })

@@ -5,10 +5,12 @@ import { withEmbeddedSimulator } from "./EmbeddedSimulator.js"
 import { layerLogLevel } from "./Logging.js"
 import { RunnerLive } from "./Runner.js"
 import { allAreas } from "./settings.js"
+import { checkListener } from "./startChecks.js"
 
 /**
  * Every setting is read and checked before any layer is built (no database work, no port bound): an invalid value
  * stops the runner with one line naming its variable, e.g. `config: AUTH_SECRET: must be at least 32 characters`.
+ * So does a combination that is unsafe (startChecks.ts: a non-loopback HTTP_HOST without AUTH_SECRET).
  */
 const configInvalid = (line: string) =>
   Effect.sync(() => {
@@ -17,6 +19,12 @@ const configInvalid = (line: string) =>
   })
 
 S.validateAll(allAreas).pipe(
+  Effect.zipRight(
+    checkListener.pipe(
+      Effect.provide(layerLogLevel),
+      Effect.mapError((e) => typeof e === "string" ? e : S.describe(e))
+    )
+  ),
   Effect.matchEffect({
     onFailure: configInvalid,
     onSuccess: () => Layer.launch(withEmbeddedSimulator(RunnerLive)).pipe(Effect.provide(layerLogLevel))

@@ -1,5 +1,5 @@
 import * as S from "../config/Settings.js"
-import { devSecret } from "./devSecrets.js"
+import { devSecret } from "../providers/devSecrets.js"
 
 /** `npm run simulator`: its own process, its own settings (listed with the runner's for the README). */
 export const SimulatorSettings = S.area("simulator", "`npm run simulator`: the provider simulator as its own server", {

@@ -1,5 +1,5 @@
+import { devCallbackTokenSecret, devSecret } from "../providers/devSecrets.js"
 import { providerNames } from "../providers/providers.js"
-import { devSecret } from "./devSecrets.js"
 
 /** Every provider the simulator serves: all of the platform's list. */
 export const SIMULATED_PROVIDERS: ReadonlyArray<string> = providerNames
@@ -21,7 +21,7 @@ export const simulatorOutputHosts = (sim: string, providers: ReadonlyArray<strin
 export const simulatorEnv = (platform: string, sim: string, providers: ReadonlyArray<string>) => ({
   OPENAI_WEBHOOK_SECRET: devSecret("openai"),
   REPLICATE_WEBHOOK_SECRET: devSecret("replicate"),
-  CALLBACK_TOKEN_SECRET: "test-callback-secret",
+  CALLBACK_TOKEN_SECRET: devCallbackTokenSecret,
   FAL_USER_ID: "sim-user",
   FAL_JWKS_URL: `${sim}/fal/.well-known/jwks.json`,
   PUBLIC_BASE_URL: platform,
