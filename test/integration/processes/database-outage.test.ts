@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Layer, Schedule } from "effect"
 import { TokenSigner } from "../../../src/http/Auth.js"
-import type { ProjectId, TenantId, UserId } from "../../../src/schema/ids.js"
+import type { TenantId, UserId } from "../../../src/schema/ids.js"
 import { databaseUrl, makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
 import { spawnRunner, waitForHttp } from "../../support/processes.js"
@@ -65,16 +65,22 @@ describe.skipIf(noDatabase)("a silent database link", () => {
         )
         yield* Effect.promise(() => waitForHttp(httpPort, runner))
 
-        const projectId = uuid() as ProjectId
         const token = yield* Effect.flatMap(
           TokenSigner,
-          (s) => s.sign({ tenant_id: TENANT, sub: uuid() as UserId, projects: [projectId] })
+          (s) => s.sign({ tenant_id: TENANT, sub: uuid() as UserId, projects: "*" })
         ).pipe(
           Effect.provide(TokenSigner.Default.pipe(Layer.provide(withSettings({ AUTH_SECRET }))))
         )
         const base = `http://127.0.0.1:${httpPort}`
-        const tasks = `${base}/v1/projects/${projectId}/tasks`
         const auth = { authorization: `Bearer ${token}` }
+        // projects are made by their owner (the server chooses the id)
+        const made = yield* Effect.tryPromise(async () => {
+          const res = await fetch(`${base}/v1/projects`, { method: "POST", headers: auth })
+          return { status: res.status, body: (await res.json()) as { project_id: string } }
+        })
+        expect(made.status).toBe(201)
+        const projectId = made.body.project_id
+        const tasks = `${base}/v1/projects/${projectId}/tasks`
         /** The answer's status, or "no answer" when none came within `within` (scaled). */
         const request = (path: string, init: RequestInit = {}, within = Duration.sum(DB_TIMEOUT, MARGIN)) =>
           Effect.promise(async (): Promise<Answer> => {
