@@ -3,7 +3,7 @@ import type { EndpointTypeMap } from "@fal-ai/client/endpoints"
 import { Clock, Effect, Either, Option, Schema } from "effect"
 import * as S from "../config/Settings.js"
 import { makeFalKeys } from "./falKeys.js"
-import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
+import { parseWith, type ProviderReport, skipping, type WebhookProtocol } from "./ProviderAdapter.js"
 import { constant, type ProviderDefinition, type Verify } from "./ProviderDefinition.js"
 import { type Ed25519Jwk, verifyFalWebhook } from "./signatures.js"
 import { allowed, atLeast, refuseUnless } from "./transport.js"
@@ -23,13 +23,24 @@ const FalWebhook = Schema.Struct({
   error: Schema.optional(Schema.NullOr(Schema.String))
 })
 
-/** fal video apps return `{ video: { url } }` (some `{ videos: [{ url }] }`). */
-export const falOutputUrls = (payload: unknown): ReadonlyArray<string> => {
-  if (typeof payload !== "object" || payload === null) return []
-  const p = payload as { video?: { url?: unknown }; videos?: ReadonlyArray<{ url?: unknown }> }
-  const urls = [p.video?.url, ...(p.videos ?? []).map((v) => v.url)]
-  return urls.filter((u): u is string => typeof u === "string")
-}
+/** A file in a fal result (fal's File: `{ url, content_type, file_name, file_size }`). */
+const FalFile = Schema.Struct({ url: Schema.String })
+
+/**
+ * fal video apps return `{ video: File }` (some `{ videos: File[] }`). Decoded leniently: an entry that is not a
+ * File (`5`, `null`, `"x"`) is skipped, so a signed but odd body neither crashes its reader (a TypeError was a 500,
+ * retried by fal forever) nor costs the good outputs beside it; with none left the task has no output to fetch.
+ */
+const FalResult = Schema.Struct({
+  video: Schema.optional(skipping(FalFile)),
+  videos: Schema.optional(skipping(FalFile))
+})
+
+export const falOutputUrls = (payload: unknown): ReadonlyArray<string> =>
+  Option.match(Schema.decodeUnknownOption(FalResult)(payload), {
+    onNone: () => [],
+    onSome: (r) => [...(r.video ?? []), ...(r.videos ?? [])].map((f) => f.url)
+  })
 
 export const falStatusReport = (requestId: string, s: typeof FalStatus.Type): ProviderReport => ({
   providerTaskId: requestId,

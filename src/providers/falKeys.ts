@@ -1,5 +1,6 @@
 import { HttpClient, HttpClientResponse } from "@effect/platform"
 import { Clock, Duration, Effect, Option, Ref, Schema } from "effect"
+import { skipping } from "./ProviderAdapter.js"
 import type { Ed25519Jwk } from "./signatures.js"
 
 const Ed25519Key = Schema.Struct({
@@ -9,13 +10,7 @@ const Ed25519Key = Schema.Struct({
   x: Schema.String
 })
 /** Keys of other types in the set are skipped, not a reason to reject the whole set. */
-const Jwks = Schema.Struct({ keys: Schema.Array(Schema.Unknown) }).pipe(
-  Schema.transform(Schema.Struct({ keys: Schema.Array(Schema.typeSchema(Ed25519Key)) }), {
-    strict: true,
-    decode: ({ keys }) => ({ keys: keys.filter(Schema.is(Ed25519Key)) }),
-    encode: (jwks) => jwks
-  })
-)
+const Jwks = Schema.Struct({ keys: skipping(Ed25519Key) })
 
 /**
  * fal.ai's signing keys: fetched from its JWKS, cached (24 h), fetched again when no cached key verifies a
