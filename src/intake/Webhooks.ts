@@ -90,8 +90,7 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
         providerOccurredAt: verified.right.timestamp ?? report.right.providerUpdatedAt,
         signatureKeyVersion: verified.right.keyVersion,
         payloadHash,
-        body: text,
-        payload: Either.getOrThrow(json)
+        body: text
       }).pipe(Effect.either)
       if (Either.isLeft(stored)) return status(503, "unavailable")
       return status(204)
