@@ -164,12 +164,17 @@ export const fal: ProviderDefinition = {
           "FAL_JWKS_URL",
           "Where fal.ai's webhook signing keys are (JWKS); unset, fal webhooks are refused (404)"
         ),
-        userId: S.optionalString("FAL_USER_ID", "Our fal.ai user id, which fal signs into every webhook")
+        userId: S.optionalString("FAL_USER_ID", "Our fal.ai user id, which fal signs into every webhook"),
+        jwksTimeout: S.duration(
+          "FAL_JWKS_TIMEOUT",
+          "How long a fetch of fal.ai's signing keys may take; a webhook waits no longer for them (then 503)",
+          "5 seconds"
+        )
       }),
-      ({ jwksUrl, userId }) => ({ toleranceSeconds }) =>
+      ({ jwksTimeout, jwksUrl, userId }) => ({ toleranceSeconds }) =>
         Option.isNone(jwksUrl) || Option.isNone(userId)
           ? Option.none()
-          : Option.some(Effect.map(makeFalKeys(jwksUrl.value), (keys): Verify => (r) =>
+          : Option.some(Effect.map(makeFalKeys(jwksUrl.value, jwksTimeout), (keys): Verify => (r) =>
             Effect.gen(function*() {
               const at = new Date(yield* Clock.currentTimeMillis)
               const check = (k: ReadonlyArray<Ed25519Jwk>) =>
@@ -181,10 +186,13 @@ export const fal: ProviderDefinition = {
                   now: at,
                   toleranceSeconds
                 })
-              const first = check(yield* keys(false))
+              const first = check((yield* keys(false)).keys)
               // an unknown key may be a rotation: fetch the set again (rate-limited) before refusing
               if (Either.isRight(first) || first.left !== "bad_signature") return first
-              return check(yield* keys(true))
+              const again = yield* keys(true)
+              const second = check(again.keys)
+              // without a current key set we cannot tell a forgery from a rotation: the sender should retry
+              return Either.isLeft(second) && !again.current ? Either.left("keys_unavailable" as const) : second
             })))
     )
   }

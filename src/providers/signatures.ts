@@ -10,8 +10,17 @@ import {
 } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 
-/** Why a webhook was refused; the HTTP answer never says which (401 with no detail). */
-export type SignatureRejection = "missing_headers" | "stale_timestamp" | "bad_signature"
+/**
+ * Why a webhook was refused. The HTTP answer never says which of the first three (401 with no detail);
+ * `expired` is a genuine callback URL that is no longer in use (410), `keys_unavailable` a signature that could
+ * not be checked because the provider's keys could not be fetched (503: a genuine callback is retried later).
+ */
+export type SignatureRejection =
+  | "missing_headers"
+  | "stale_timestamp"
+  | "bad_signature"
+  | "expired"
+  | "keys_unavailable"
 
 export interface Verified {
   /** Which configured key matched ("current", "previous", a JWKS kid ...): recorded with the inbox row. */

@@ -17,9 +17,10 @@ import { LivePageLive } from "../http/LivePage.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
+import { WebhookRouteLive } from "../http/WebhookRoute.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { InboxProcessorLive } from "../intake/InboxProcessor.js"
-import { routeWebhooks, WebhookGateway } from "../intake/Webhooks.js"
+import { WebhookGateway } from "../intake/Webhooks.js"
 import * as ObjectStore from "../output/ObjectStore.js"
 import { OutputDownloader } from "../output/OutputDownloader.js"
 import { OutputWork } from "../output/OutputWork.js"
@@ -93,27 +94,25 @@ const layerEventStreams = Layer.mergeAll(EventsSseLive, EventsSocketLive).pipe(
   Layer.provideMerge(Layer.mergeAll(EventLog.Default, OriginPolicy.Default, TokenSigner.Default))
 )
 
+/** The provider webhook gateway, on the Node server's raw routes (src/http/WebhookRoute.ts says why). */
+const layerWebhooks = WebhookRouteLive.pipe(
+  Layer.provide(WebhookGateway.Default),
+  Layer.provide(ProviderRegistry.Default),
+  Layer.provide(FetchHttpClient.layer)
+)
+
 /**
- * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs), the live page at `/`, and, in front of them,
- * the provider webhook gateway, on whatever HttpServer is provided; the event streams on its RawRoutes.
+ * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and the live page at `/`, on whatever HttpServer is
+ * provided; the provider webhook gateway and the event streams on its RawRoutes.
  */
-export const layerHttpApp = Layer.unwrapEffect(
-  Effect.map(
-    WebhookGateway,
-    (gateway) => HttpApiBuilder.serve((app) => routeWebhooks(gateway)(HttpMiddleware.logger(app)))
-  )
-).pipe(
+export const layerHttpApp = HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(TasksHttpLive, SessionHttpLive, LivePageLive)),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
-  Layer.provide(WebhookGateway.Default),
-  Layer.provide(ProviderRegistry.Default),
-  Layer.provide(FetchHttpClient.layer),
-  // provider callbacks come by the thousand per second: no request span for them (failures are logged)
-  HttpMiddleware.withTracerDisabledWhen((request) => request.url.startsWith("/webhooks/"))
+  Layer.provideMerge(layerWebhooks)
 )
 
 export const layerHttp = (c: RunnerConfig) =>
