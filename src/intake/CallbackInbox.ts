@@ -136,6 +136,21 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
     })
 
     /**
+     * Whether a callback URL's attempt can still change its task: it is its task's current attempt, neither it nor
+     * its task has ended. Past that, a callback URL (an unsigned provider's: Luma) accepts nothing: a leaked one
+     * cannot be used to write into the inbox for as long as its token would otherwise live.
+     */
+    const callbackAttemptOpen = (provider: string, attemptId: string) =>
+      sql<{ open: boolean }>`
+        SELECT t.current_attempt_id = a.id AND t.status NOT IN ('ready', 'failed', 'canceled')
+          AND a.submit_state NOT IN ('REJECTED', 'FAILED', 'CANCELLED') AS open
+        FROM task_attempts a JOIN generation_tasks t ON t.id = a.task_id
+        WHERE a.id = ${attemptId} AND a.provider = ${provider}`.pipe(
+        Effect.map((rows) => rows[0]?.open === true),
+        Effect.catchTag("SqlError", storageUnavailable("CallbackInbox"))
+      )
+
+    /**
      * Minimisation (seed 12.5.2): a processed callback's body may hold temporary URLs and provider details;
      * after `retention` only the row's facts and its dedup key remain. Dead rows keep theirs for inspection.
      */
@@ -152,6 +167,6 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
       return rows.length
     })
 
-    return { store, forgetBodies } as const
+    return { store, callbackAttemptOpen, forgetBodies } as const
   })
 }) {}

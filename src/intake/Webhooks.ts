@@ -114,6 +114,15 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
           return yield* refused(provider, 401, "subject_mismatch")
         }
         const attemptId = endpoint.protocol.scheme === "callback-token" ? request.query.get("attempt") : null
+        // a callback URL works while its attempt can still change its task: not once it ended or was replaced
+        if (attemptId !== null) {
+          const open = yield* Effect.either(inbox.callbackAttemptOpen(provider, attemptId))
+          if (Either.isLeft(open)) return { status: 503, error: "unavailable" }
+          if (!open.right) {
+            return yield* refused(provider, 410, "attempt_ended", "this callback URL is no longer in use")
+          }
+        }
+
         const payloadHash = sha256hex(request.body)
         const stored = yield* inbox.store({
           provider,

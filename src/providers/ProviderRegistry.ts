@@ -16,8 +16,8 @@ export interface WebhookEndpoint {
 export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("ProviderRegistry", {
   effect: Effect.gen(function*() {
     const settings = yield* ProviderWebhookSettings.config
-    const { secrets } = yield* CallbackTokenSettings.config
-    const context = { toleranceSeconds: settings.toleranceSeconds, callbackTokens: secrets }
+    const { secrets, ttl } = yield* CallbackTokenSettings.config
+    const context = { toleranceSeconds: settings.toleranceSeconds, callbackTokens: secrets, callbackTokenTtl: ttl }
     const endpoints = new Map<string, WebhookEndpoint>()
     for (const d of providers) {
       const build = d.webhook === undefined ? Option.none() : settings.verifiers[d.name]!(context)

@@ -144,21 +144,40 @@ export const falSigningString = (requestId: string, userId: string, timestamp: s
 
 /**
  * Unsigned callbacks (Luma, Kling): the callback URL we hand the provider carries a per-attempt token,
- * HMAC(secret, provider + attempt id). Nothing is stored; the comparison is constant-time.
+ * HMAC(secret, provider + attempt id + issue time), and the issue time (unix seconds) beside it. Nothing is
+ * stored; the comparison is constant-time. A token older than the TTL is expired: a leaked URL stops working.
  */
-export const callbackToken = (secret: string, provider: string, attemptId: string): string =>
-  createHmac("sha256", secret).update(`callback:${provider}:${attemptId}`).digest("base64url")
+export const callbackToken = (secret: string, provider: string, attemptId: string, issuedSeconds: number): string =>
+  createHmac("sha256", secret).update(`callback:${provider}:${attemptId}:${issuedSeconds}`).digest("base64url")
+
+/** The query of a callback URL: `attempt=<id>&issued=<unix seconds>&token=<token>`. */
+export const callbackQuery = (secret: string, provider: string, attemptId: string, now: Date): string => {
+  const issued = Math.floor(now.getTime() / 1000)
+  return `attempt=${attemptId}&issued=${issued}&token=${callbackToken(secret, provider, attemptId, issued)}`
+}
 
 export const verifyCallbackToken = (options: {
   readonly secrets: ReadonlyArray<VersionedSecret>
   readonly provider: string
   readonly attemptId: string | null
+  readonly issued: string | null
   readonly token: string | null
+  readonly now: Date
+  /** How long a token is accepted after it was issued. */
+  readonly ttlSeconds: number
+  /** How far in the future an issue time may be (our runners' clock skew). */
+  readonly toleranceSeconds: number
 }): Either.Either<Verified, SignatureRejection> => {
-  if (!options.attemptId || !options.token || !UUID.test(options.attemptId)) return Either.left("missing_headers")
+  const { attemptId, issued, token } = options
+  if (!attemptId || !token || !issued || !UUID.test(attemptId) || !/^\d{1,12}$/.test(issued)) {
+    return Either.left("missing_headers")
+  }
   for (const { secret, version } of options.secrets) {
-    if (constantTimeEqual(callbackToken(secret, options.provider, options.attemptId), options.token)) {
-      return Either.right({ keyVersion: version, eventId: null, timestamp: null })
+    if (constantTimeEqual(callbackToken(secret, options.provider, attemptId, Number(issued)), token)) {
+      const age = options.now.getTime() / 1000 - Number(issued)
+      return age > options.ttlSeconds || age < -options.toleranceSeconds
+        ? Either.left("expired")
+        : Either.right({ keyVersion: version, eventId: null, timestamp: null })
     }
   }
   return Either.left("bad_signature")

@@ -4,12 +4,13 @@ import { Deferred, Effect, Exit, Fiber, Layer } from "effect"
 import { generateKeyPairSync, sign } from "node:crypto"
 import * as http from "node:http"
 import { CallbackInbox, type InboxEntry } from "../../src/intake/CallbackInbox.js"
-import { falSigningString } from "../../src/providers/signatures.js"
+import { callbackToken, falSigningString } from "../../src/providers/signatures.js"
+import { taskTestClient } from "../../src/testing/TaskTestClient.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { layerTestDatabase, lockWaiters, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
-import { uuid } from "../support/tasks.js"
+import { admitTask, uuid } from "../support/tasks.js"
 import { eventually, nowSeconds, openaiEvent, openAISigner, post, submittedTask, taskRow } from "../support/webhooks.js"
 
 const OPENAI_SECRET = "whsec_" + Buffer.from("openai-test-secret-32-bytes-long!").toString("base64")
@@ -29,6 +30,7 @@ const TestLayer = layerHttpTest.pipe(
   Layer.provide(withSettings({
     OPENAI_WEBHOOK_SECRET: OPENAI_SECRET,
     CALLBACK_TOKEN_SECRET: TOKEN_SECRET,
+    CALLBACK_TOKEN_TTL: "1 hour",
     FAL_USER_ID: "user-1",
     FAL_JWKS_URL: `http://127.0.0.1:${(jwksServer.address() as { port: number }).port}/jwks.json`,
     // one writer: concurrent callbacks share its batches, as they do under load
@@ -67,6 +69,11 @@ const inboxRow = (where: { readonly providerTaskId?: string; readonly attemptId?
           : sql`provider_task_id = ${where.providerTaskId!}`
       }`
   ).pipe(Effect.orDie)
+
+const lumaUrl = (attemptId: string, issued: number, token?: string) =>
+  `/webhooks/luma?attempt=${attemptId}&issued=${issued}&token=${
+    token ?? callbackToken(TOKEN_SECRET, "luma", attemptId, issued)
+  }`
 
 describe.skipIf(noDatabase)("hostile webhook bodies fail alone, and every signed callback is answered", () => {
   layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
@@ -208,6 +215,38 @@ describe.skipIf(noDatabase)("hostile webhook bodies fail alone, and every signed
         const [attempt] = yield* sql<{ output_refs: unknown }>`
           SELECT output_refs FROM task_attempts WHERE id = ${attemptId}`
         expect(attempt!.output_refs).toEqual(["https://fal.example/v.mp4"])
+      }))
+
+    it.effect("Luma callback tokens expire with their attempt and after CALLBACK_TOKEN_TTL (410)", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const generation = (id: string) => JSON.stringify({ id, state: "dreaming" })
+        // an open attempt, a token issued now: accepted
+        const generationId = `gen-${uuid()}`
+        const open = yield* submittedTask("luma", generationId)
+        expect((yield* post(lumaUrl(open.attemptId, nowSeconds()), generation(generationId), {})).status).toBe(204)
+        // the same attempt, a token issued two hours ago (the TTL is one): gone
+        expect((yield* post(lumaUrl(open.attemptId, nowSeconds() - 7200), generation(generationId), {})).status)
+          .toBe(410)
+        // a forged token is 401, as before; so is a genuine token moved to another issue time
+        const token = callbackToken(TOKEN_SECRET, "luma", open.attemptId, nowSeconds() - 7200)
+        expect((yield* post(lumaUrl(open.attemptId, nowSeconds(), token), generation(generationId), {})).status)
+          .toBe(401)
+        expect((yield* post(lumaUrl(open.attemptId, nowSeconds(), "forged"), generation(generationId), {})).status)
+          .toBe(401)
+
+        // a terminal task: its attempt's token is spent
+        const ended = yield* admitTask({ provider: "luma" })
+        expect((yield* (yield* taskTestClient(ended.taskId)).cancel()).task.status).toBe("canceled")
+        expect((yield* post(lumaUrl(ended.attemptId, nowSeconds()), generation(`gen-${uuid()}`), {})).status)
+          .toBe(410)
+
+        // a superseded attempt: the task moved on to another attempt
+        const old = yield* submittedTask("luma", `gen-${uuid()}`)
+        yield* sql`UPDATE generation_tasks SET current_attempt_id = ${uuid()} WHERE id = ${old.taskId}`
+        expect((yield* post(lumaUrl(old.attemptId, nowSeconds()), generation(`gen-${uuid()}`), {})).status).toBe(410)
+        expect(yield* inboxRow({ attemptId: old.attemptId })).toEqual([])
+        expect(yield* inboxRow({ attemptId: ended.attemptId })).toEqual([])
       }))
   })
 })

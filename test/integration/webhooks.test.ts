@@ -179,8 +179,9 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
         const generationId = `gen-${uuid()}`
         const luma = yield* submittedTask("luma", generationId)
         const generation = JSON.stringify({ id: generationId, state: "dreaming" })
-        const url = (token: string) => `/webhooks/luma?attempt=${luma.attemptId}&token=${token}`
-        const token = callbackToken(TOKEN_SECRET, "luma", luma.attemptId)
+        const issued = nowSeconds()
+        const url = (token: string) => `/webhooks/luma?attempt=${luma.attemptId}&issued=${issued}&token=${token}`
+        const token = callbackToken(TOKEN_SECRET, "luma", luma.attemptId, issued)
         expect((yield* post(url("forged"), generation, {})).status).toBe(401)
         expect((yield* post(url(token), generation, {})).status).toBe(204)
         yield* eventually(taskRow(luma.taskId), (t) => t.status === "running")
