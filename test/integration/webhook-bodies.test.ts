@@ -1,61 +1,51 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Layer } from "effect"
-import { generateKeyPairSync, sign } from "node:crypto"
-import * as http from "node:http"
+import { generateKeyPairSync } from "node:crypto"
 import { CallbackInbox, type InboxEntry } from "../../src/intake/CallbackInbox.js"
-import { callbackToken, falSigningString } from "../../src/providers/signatures.js"
+import { callbackToken } from "../../src/providers/signatures.js"
 import { taskTestClient } from "../../src/testing/TaskTestClient.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { layerTestDatabase, lockWaiters, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
 import { layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { admitTask, uuid } from "../support/tasks.js"
-import { eventually, nowSeconds, openaiEvent, openAISigner, post, submittedTask, taskRow } from "../support/webhooks.js"
+import {
+  eventually,
+  falHeaders,
+  nowSeconds,
+  OPENAI_TEST_SECRET,
+  openaiEvent,
+  openAISigner,
+  post,
+  serveFalJwks,
+  submittedTask,
+  taskRow
+} from "../support/webhooks.js"
 
-const OPENAI_SECRET = "whsec_" + Buffer.from("openai-test-secret-32-bytes-long!").toString("base64")
 const TOKEN_SECRET = "callback-token-secret"
 const fal = generateKeyPairSync("ed25519")
-
-// fal's JWKS, served like fal serves it
-const jwksServer = http.createServer((_, res) => {
-  res.setHeader("content-type", "application/json")
-  res.end(JSON.stringify({ keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "fal-test" }] }))
-})
-await new Promise<void>((resolve) => jwksServer.listen(0, "127.0.0.1", resolve))
 
 const TestLayer = layerHttpTest.pipe(
   Layer.provideMerge(layerTestRunner(layerTestDatabase())),
   Layer.provide(quietLogs),
   Layer.provide(withSettings({
-    OPENAI_WEBHOOK_SECRET: OPENAI_SECRET,
+    OPENAI_WEBHOOK_SECRET: OPENAI_TEST_SECRET,
     CALLBACK_TOKEN_SECRET: TOKEN_SECRET,
     CALLBACK_TOKEN_TTL: "1 hour",
     FAL_USER_ID: "user-1",
-    FAL_JWKS_URL: `http://127.0.0.1:${(jwksServer.address() as { port: number }).port}/jwks.json`,
+    FAL_JWKS_URL: await serveFalJwks(fal.publicKey),
     // one writer: concurrent callbacks share its batches, as they do under load
     INBOX_WRITE_PARALLELISM: "1",
     INBOX_SWEEP_INTERVAL: "200 millis"
   }))
 )
 
-const signOpenAI = openAISigner(OPENAI_SECRET)
+const signOpenAI = openAISigner(OPENAI_TEST_SECRET)
 
 /** A fal webhook for `requestId`, signed by "fal". */
-const falWebhook = (requestId: string, body: string) => {
-  const ts = String(nowSeconds())
-  const signature = sign(
-    null,
-    Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(body))),
-    fal.privateKey
-  ).toString("hex")
-  return post("/webhooks/fal", body, {
-    "x-fal-webhook-request-id": requestId,
-    "x-fal-webhook-user-id": "user-1",
-    "x-fal-webhook-timestamp": ts,
-    "x-fal-webhook-signature": signature
-  })
-}
+const falWebhook = (requestId: string, body: string) =>
+  post("/webhooks/fal", body, falHeaders(fal.privateKey, requestId, body))
 
 const inboxRow = (where: { readonly providerTaskId?: string; readonly attemptId?: string }) =>
   Effect.flatMap(

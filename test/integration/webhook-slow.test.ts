@@ -7,9 +7,8 @@ import { chunkedPost, rawRequest } from "../support/rawHttp.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp } from "../support/simulator.js"
 import { uuid } from "../support/tasks.js"
-import { nowSeconds, openaiEvent, openAISigner } from "../support/webhooks.js"
+import { nowSeconds, OPENAI_TEST_SECRET, openaiEvent, openAISigner } from "../support/webhooks.js"
 
-const OPENAI_SECRET = "whsec_" + Buffer.from("openai-test-secret-32-bytes-long!").toString("base64")
 const READ_TIMEOUT_MS = 1000
 const JWKS_TIMEOUT_MS = 1000
 
@@ -22,7 +21,7 @@ const TestLayer = layerRunnerHttp(httpPort).pipe(
   Layer.provideMerge(layerTestRunner(layerTestDatabase())),
   Layer.provide(quietLogs),
   Layer.provide(withSettings({
-    OPENAI_WEBHOOK_SECRET: OPENAI_SECRET,
+    OPENAI_WEBHOOK_SECRET: OPENAI_TEST_SECRET,
     FAL_USER_ID: "user-1",
     FAL_JWKS_URL: `http://127.0.0.1:${(hanging.address() as { port: number }).port}/jwks.json`,
     FAL_JWKS_TIMEOUT: `${JWKS_TIMEOUT_MS} millis`,
@@ -32,7 +31,7 @@ const TestLayer = layerRunnerHttp(httpPort).pipe(
   }))
 )
 
-const signOpenAI = openAISigner(OPENAI_SECRET)
+const signOpenAI = openAISigner(OPENAI_TEST_SECRET)
 const head = (path: string, headers: Record<string, string>) =>
   `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\n` +
   Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("") + "\r\n"
