@@ -13,7 +13,7 @@ import * as http from "node:http"
 import * as net from "node:net"
 import pg from "pg"
 import { Webhook } from "standardwebhooks"
-import { callbackToken, falSigningString } from "../src/providers/signatures.js"
+import { callbackQuery, falSigningString } from "../src/providers/signatures.js"
 import { freePort } from "./support.js"
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15)
@@ -31,6 +31,7 @@ interface Req {
 }
 
 let n = 0
+let lumaAttempts: ReadonlyArray<string> = []
 const makeRequest = (): Req => {
   const i = n++
   const now = new Date()
@@ -91,9 +92,10 @@ const makeRequest = (): Req => {
       }
     }
     default: {
-      const attempt = crypto.randomUUID()
+      // a Luma callback URL works only for an open attempt of a task: one of those made before the run
+      const attempt = lumaAttempts[i % lumaAttempts.length]!
       return {
-        path: `/webhooks/luma?attempt=${attempt}&token=${callbackToken(TOKEN, "luma", attempt)}`,
+        path: `/webhooks/luma?${callbackQuery(TOKEN, "luma", attempt, now)}`,
         body: JSON.stringify({ id: `gen_${i}`, state: "dreaming" }),
         headers: {}
       }
@@ -166,6 +168,25 @@ const main = async () => {
       } catch { /* starting */ }
       await new Promise((r) => setTimeout(r, 250))
     }
+    // open Luma attempts for the callbacks, polled by nobody during the run (their next poll is a day away)
+    const setup = new pg.Client({ connectionString: url.toString() })
+    await setup.connect()
+    const project = crypto.randomUUID()
+    await setup.query("INSERT INTO projects (project_id, tenant_id, stream_epoch) VALUES ($1, $1, 1)", [project])
+    lumaAttempts = (await setup.query(
+      `WITH x AS (SELECT i, gen_random_uuid() AS task, gen_random_uuid() AS attempt FROM generate_series(1, 1000) i),
+       t AS (INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
+               status, stage, last_seq, current_attempt_id, home_region, write_epoch)
+             SELECT task, $1, $1, $1, 'bench-' || i, 'h', '{}', 'running', 'generating', 0, attempt, 'local', 1 FROM x
+             RETURNING id)
+       INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, provider_task_id,
+         submit_state, next_poll_at)
+       SELECT attempt, task, 1, 'luma', 'ray-2', 'bench-' || i, 'gen-bench-' || i, 'RUNNING', now() + interval '1 day'
+       FROM x WHERE (SELECT count(*) FROM t) > 0
+       RETURNING id`,
+      [project]
+    )).rows.map((r: { id: string }) => r.id)
+    await setup.end()
     // warm up (JIT, pool, JWKS cache)
     for (let i = 0; i < 200; i++) await post(httpPort, makeRequest())
 

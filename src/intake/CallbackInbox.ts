@@ -1,8 +1,10 @@
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Either } from "effect"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Cause, Duration, Effect, Either, Metric, Option } from "effect"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { makeGroupCommit } from "../persistence/GroupCommit.js"
-import { StorageUnavailable } from "../schema/errors.js"
+import { storableText } from "../persistence/storableText.js"
+import { storageUnavailable } from "../persistence/storageUnavailable.js"
 import { InboxSettings } from "./inboxSettings.js"
 
 export interface InboxEntry {
@@ -15,9 +17,8 @@ export interface InboxEntry {
   readonly providerOccurredAt: Date | null
   readonly signatureKeyVersion: string
   readonly payloadHash: string
-  /** The verified body, as received. */
+  /** The verified body, as received: stored as text, never re-serialised from a parsed value. */
   readonly body: string
-  readonly payload: unknown
 }
 
 /** Whether jsonb can hold this JSON exactly (it refuses \u0000 and unpaired surrogates). */
@@ -26,81 +27,128 @@ const jsonbSafe = (text: string): boolean =>
   !/\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}/i.test(text) &&
   !/[\ud800-\udfff]/.test(text.replace(/[\ud800-\udbff][\udc00-\udfff]/g, ""))
 
+const storable = (text: string | null) => text === null ? null : storableText(text)
+
+/**
+ * One row as the INSERT reads it. The keys come from the provider's JSON, which may hold text PostgreSQL cannot
+ * store (a NUL, a lone surrogate): stored sanitised, so the callback is kept (and dead-lettered by the processor,
+ * which reads the body) instead of being refused with a 503 its provider would retry for days. `payload` (jsonb,
+ * for queries) is cast from the body by PostgreSQL: a parsed value is never serialised again here.
+ */
 const toRecord = (e: InboxEntry) => ({
   provider: e.provider,
-  dedup_key: e.dedupKey,
-  provider_event_id: e.providerEventId,
-  provider_task_id: e.providerTaskId,
-  client_request_id: e.clientRequestId,
+  dedup_key: storableText(e.dedupKey),
+  provider_event_id: storable(e.providerEventId),
+  provider_task_id: storable(e.providerTaskId),
+  client_request_id: storable(e.clientRequestId),
   attempt_id: e.attemptId,
   provider_occurred_at: e.providerOccurredAt,
-  signature_key_version: e.signatureKeyVersion,
+  signature_key_version: storableText(e.signatureKeyVersion),
   payload_hash: e.payloadHash,
   body: e.body,
-  payload: jsonbSafe(e.body) ? e.payload : null
+  as_jsonb: jsonbSafe(e.body)
+})
+
+const batchFallbacks = Metric.counter("inbox_batch_fallbacks", {
+  description: "inbox write batches that failed and were retried row by row"
 })
 
 /**
  * The durable record of every verified callback. `store` answers only after the row (or its earlier
  * duplicate) is committed. Concurrent callbacks are written as one multi-row INSERT (one round trip, one WAL
- * flush) with one NOTIFY for the processors, delivered at commit; a batch that fails is retried row by row so
- * one bad row cannot fail its neighbours.
+ * flush) with one NOTIFY for the processors, delivered at commit; a batch that fails for any reason (an SQL
+ * error, or a defect such as a throw while building it) is retried row by row so one bad row cannot fail its
+ * neighbours.
  */
 export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbox", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
+    // suspended: anything thrown while the statement is built fails this batch as a defect, caught below
     const insert = (entries: ReadonlyArray<InboxEntry>) =>
-      sql<{ provider: string; dedup_key: string }>`
+      Effect.suspend(() =>
+        sql<{ provider: string; dedup_key: string }>`
         WITH ins AS (
           INSERT INTO provider_callback_inbox (provider, dedup_key, provider_event_id, provider_task_id,
             client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, body, payload)
           SELECT r.provider, r.dedup_key, r.provider_event_id, r.provider_task_id, r.client_request_id,
             r.attempt_id, r.provider_occurred_at, r.signature_key_version, decode(r.payload_hash, 'hex'), r.body,
-            r.payload
+            CASE WHEN r.as_jsonb THEN r.body::jsonb END
           FROM jsonb_to_recordset(${JSON.stringify(entries.map(toRecord))}::jsonb) AS r(
             provider text, dedup_key text, provider_event_id text, provider_task_id text, client_request_id text,
             attempt_id uuid, provider_occurred_at timestamptz, signature_key_version text, payload_hash text,
-            body text, payload jsonb)
+            body text, as_jsonb boolean)
           ON CONFLICT (provider, dedup_key) DO NOTHING
           RETURNING provider, dedup_key
         ), wake AS (
           SELECT pg_notify(${INBOX_CHANNEL}, count(*)::text) FROM ins HAVING count(*) > 0
         )
-        SELECT provider, dedup_key FROM ins, (SELECT count(*) FROM wake) w`.pipe(
+        SELECT provider, dedup_key FROM ins, (SELECT count(*) FROM wake) w`
+      ).pipe(
         Effect.map((rows) => {
           const stored = new Set(rows.map((r) => `${r.provider}\u0000${r.dedup_key}`))
           return entries.map((e) =>
             Either.right<"stored" | "duplicate">(
-              stored.has(`${e.provider}\u0000${e.dedupKey}`) ? "stored" : "duplicate"
+              stored.has(`${e.provider}\u0000${storableText(e.dedupKey)}`) ? "stored" : "duplicate"
             )
           )
         })
+      )
+
+    type Written = Either.Either<"stored" | "duplicate", Cause.Cause<SqlError>>
+    // a failure of one row is its own answer; an interruption (shutdown) is everyone's
+    const alone = (e: InboxEntry): Effect.Effect<Written> =>
+      insert([e]).pipe(
+        Effect.map((r) => r[0]!),
+        Effect.catchAllCause((cause) =>
+          Cause.isInterruptedOnly(cause) ? Effect.interrupt : Effect.succeed(Either.left(cause))
+        )
       )
 
     const { writeParallelism } = yield* Effect.orDie(InboxSettings.config)
     const enqueue = yield* makeGroupCommit({
       parallelism: writeParallelism,
       maxBatch: 128,
-      run: (entries: ReadonlyArray<InboxEntry>) =>
-        insert(entries).pipe(
-          Effect.catchTag("SqlError", (error) =>
-            entries.length === 1
-              ? Effect.succeed([Either.left(error)])
-              : Effect.forEach(entries, (e) =>
-                insert([e]).pipe(
-                  Effect.map((r) => r[0]!),
-                  Effect.catchTag("SqlError", (err) => Effect.succeed(Either.left(err)))
-                )))
-        )
+      run: (entries: ReadonlyArray<InboxEntry>): Effect.Effect<ReadonlyArray<Written>> =>
+        entries.length === 1
+          ? Effect.map(alone(entries[0]!), (r) => [r])
+          : insert(entries).pipe(
+            Effect.catchAllCause((cause) =>
+              Cause.isInterruptedOnly(cause)
+                ? Effect.interrupt
+                : Effect.logWarning("inbox batch failed; writing its rows one by one", cause).pipe(
+                  Effect.annotateLogs({ rows: entries.length }),
+                  Effect.zipRight(Metric.increment(batchFallbacks)),
+                  Effect.zipRight(Effect.forEach(entries, alone))
+                )
+            )
+          )
     })
 
+    /** Stored or duplicate; StorageUnavailable when PostgreSQL failed; a defect (500) when this row cannot be written. */
     const store = Effect.fn("CallbackInbox.store")(function*(e: InboxEntry) {
       const result = yield* enqueue(e)
       if (Either.isRight(result)) return result.right
-      yield* Effect.logError("inbox write failed", result.left)
-      return yield* new StorageUnavailable({ message: "the inbox is unavailable: retry later" })
+      const failure = Cause.failureOption(result.left)
+      if (Option.isSome(failure)) return yield* storageUnavailable("CallbackInbox")(failure.value)
+      yield* Effect.logError("inbox row cannot be written", result.left)
+      return yield* Effect.die(Cause.squash(result.left))
     })
+
+    /**
+     * Whether a callback URL's attempt can still change its task: it is its task's current attempt, neither it nor
+     * its task has ended. Past that, a callback URL (an unsigned provider's: Luma) accepts nothing: a leaked one
+     * cannot be used to write into the inbox for as long as its token would otherwise live.
+     */
+    const callbackAttemptOpen = (provider: string, attemptId: string) =>
+      sql<{ open: boolean }>`
+        SELECT t.current_attempt_id = a.id AND t.status NOT IN ('ready', 'failed', 'canceled')
+          AND a.submit_state NOT IN ('REJECTED', 'FAILED', 'CANCELLED') AS open
+        FROM task_attempts a JOIN generation_tasks t ON t.id = a.task_id
+        WHERE a.id = ${attemptId} AND a.provider = ${provider}`.pipe(
+        Effect.map((rows) => rows[0]?.open === true),
+        Effect.catchTag("SqlError", storageUnavailable("CallbackInbox"))
+      )
 
     /**
      * Minimisation (seed 12.5.2): a processed callback's body may hold temporary URLs and provider details;
@@ -119,6 +167,6 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
       return rows.length
     })
 
-    return { store, forgetBodies } as const
+    return { store, callbackAttemptOpen, forgetBodies } as const
   })
 }) {}

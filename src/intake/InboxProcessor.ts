@@ -3,6 +3,7 @@ import { Duration, Effect, Either, Layer, Metric, Schedule } from "effect"
 import { backoffMillis } from "../domain/backoff.js"
 import { TaskClient } from "../entities/TaskClient.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
+import { isStorableText, storableText } from "../persistence/storableText.js"
 import { runWakeLoop } from "../persistence/WakeLoop.js"
 import { isTerminalReport, type ProviderReport, signsBody, unconfirmed } from "../providers/ProviderAdapter.js"
 import { webhookProtocolOf } from "../providers/providers.js"
@@ -32,6 +33,18 @@ interface InboxRow {
 const unsignedClaims = Metric.counter("unsigned_callback_claims_total", {
   description: "terminal states claimed by unsigned callbacks, sent to a provider query instead of applied"
 })
+
+/** The first field of a report whose text PostgreSQL cannot store (a NUL, a lone surrogate), if any. */
+const unstorableField = (r: ProviderReport): string | undefined => {
+  const texts: ReadonlyArray<readonly [string, string | null]> = [
+    ["provider task id", r.providerTaskId],
+    ["client request id", r.clientRequestId],
+    ["event type", r.eventType],
+    ["error code", r.errorCode],
+    ...r.outputRefs.map((ref) => ["output reference", ref] as const)
+  ]
+  return texts.find(([, text]) => text !== null && !isStorableText(text))?.[0]
+}
 
 /** Seconds a row that must wait waits before its next try: the one backoff from 1 s, capped. */
 const backoffSeconds = (retry: number, capSeconds: number) =>
@@ -70,9 +83,10 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
   const markProcessed = (id: number) =>
     sql`UPDATE provider_callback_inbox SET process_status = 'processed', processed_at = now(), next_retry_at = NULL,
         last_error_code = NULL, last_error = NULL WHERE id = ${id}`
+  // the reason may quote the provider's text (an id), which must not be what fails the write
   const markDead = (id: number, code: string, error: string) =>
     sql`UPDATE provider_callback_inbox SET process_status = 'dead', next_retry_at = NULL, last_error_code = ${code},
-        last_error = ${error} WHERE id = ${id}`
+        last_error = ${storableText(error)} WHERE id = ${id}`
   const retryLater = (row: InboxRow, code: string, status: "retry" | "orphan", capSeconds: number) =>
     sql`UPDATE provider_callback_inbox SET process_status = ${status}, retry_count = retry_count + 1,
         next_retry_at = now() + make_interval(secs => ${backoffSeconds(row.retry_count, capSeconds)}),
@@ -104,6 +118,14 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         : Either.try({ try: () => JSON.parse(row.body!) as unknown, catch: () => "stored body is not JSON" })
       const report = Either.flatMap(payload, protocol.parse)
       if (Either.isLeft(report)) return yield* markDead(row.id, "unreadable", report.left)
+      // no attempt can have such an id (PostgreSQL could not store it), and no task can record it: dead at once
+      const unstorable = unstorableField(report.right)
+      if (unstorable !== undefined) {
+        yield* Effect.logWarning("callback holds text PostgreSQL cannot store").pipe(
+          Effect.annotateLogs({ field: unstorable })
+        )
+        return yield* markDead(row.id, "unstorable_text", `${unstorable} holds NUL or a lone surrogate`)
+      }
       const [attempt] = yield* findAttempt(row, report.right)
       if (
         attempt !== undefined && attempt.provider_task_id !== null && report.right.providerTaskId !== null &&

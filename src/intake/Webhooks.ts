@@ -1,115 +1,144 @@
-import { type HttpApp, HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Data, Duration, Effect, Either, Option } from "effect"
+import { Effect, Either, Metric, Option } from "effect"
 import * as S from "../config/Settings.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
-import { ProviderRegistry } from "../providers/ProviderRegistry.js"
+import type { WebhookRequest } from "../providers/ProviderDefinition.js"
+import { ProviderRegistry, type WebhookEndpoint } from "../providers/ProviderRegistry.js"
 import { CallbackInbox } from "./CallbackInbox.js"
-
-class BodyTooLarge extends Data.TaggedError("BodyTooLarge") {}
-class BodyTimeout extends Data.TaggedError("BodyTimeout") {}
-
-const status = (code: number, error?: string) =>
-  error === undefined
-    ? HttpServerResponse.empty({ status: code })
-    : HttpServerResponse.unsafeJson({ error }, { status: code })
+import { jsonDepthExceeds } from "./jsonDepth.js"
 
 export const WebhookSettings = S.area("Webhook gateway", "receiving provider callbacks at /webhooks/{provider}", {
   maxBytes: S.integer("WEBHOOK_MAX_BYTES", "largest callback body accepted (413 above)", 256 * 1024, { min: 1 }),
-  readTimeout: S.duration("WEBHOOK_READ_TIMEOUT", "how long a callback body may take to arrive", "10 seconds")
+  readTimeout: S.duration(
+    "WEBHOOK_READ_TIMEOUT",
+    "how long a callback body may take to arrive, from its headers to its last byte (408 and the connection closed)",
+    "10 seconds"
+  ),
+  // JSON.stringify overflowed the stack on 4,500 levels of `[`; no provider nests more than a handful
+  maxDepth: S.integer(
+    "WEBHOOK_MAX_DEPTH",
+    "deepest nesting of arrays and objects accepted in a callback body (400 deeper)",
+    64,
+    { min: 1, max: 1000 }
+  )
 })
 
-/** Reads the raw body, refusing more than `maxBytes` while it streams in and giving up after `timeout`. */
-const readBody = (request: HttpServerRequest.HttpServerRequest, maxBytes: number, timeout: Duration.Duration) =>
-  request.arrayBuffer.pipe(
-    HttpIncomingMessage.withMaxBodySize(Option.some(maxBytes)),
-    Effect.mapError((e) =>
-      e.cause instanceof Error && e.cause.message === "maxBytes exceeded" ? new BodyTooLarge() : new BodyTimeout()
-    ),
-    Effect.map((buffer) => new Uint8Array(buffer)),
-    Effect.timeoutFail({ duration: timeout, onTimeout: () => new BodyTimeout() })
-  )
+/** The gateway's answer: a status, and a short reason for the 4xx a sender can act on (none for signatures). */
+export interface WebhookAnswer {
+  readonly status: number
+  readonly error?: string
+}
+
+/** A request the gateway will read the body of: its provider has an endpoint here. */
+export interface Admitted {
+  readonly provider: string
+  readonly endpoint: WebhookEndpoint
+}
+
+export const WEBHOOK_PREFIX = "/webhooks/"
+const WEBHOOK_PATH = /^\/webhooks\/([a-z][a-z0-9_-]{0,31})\/?$/
+
+const refusals = Metric.counter("webhook_refusals", { description: "provider callbacks refused, by status" })
 
 /**
  * POST /webhooks/{provider}: verify the raw bytes, persist to the inbox, answer. Fast and dumb: no provider
  * work and no task work happens here. 204 only after the row (or its earlier duplicate) is committed;
- * 401 with no detail for any signature problem; 400 for a body that is not the provider's format;
- * 404 for an unknown provider; 413 above the size limit; 415 for a non-JSON body; 503 when PostgreSQL is down.
+ * 401 with no detail for any signature problem; 400 for a body that is not the provider's format (or nested
+ * deeper than WEBHOOK_MAX_DEPTH); 404 for an unknown provider; 410 for a callback URL whose token has expired;
+ * 413 above the size limit; 415 for a non-JSON body; 503 when PostgreSQL is down or a signature cannot be checked.
+ * Reading the body (its size and time limits) is the route's: src/http/WebhookRoute.ts.
  */
 export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGateway", {
   effect: Effect.gen(function*() {
     const registry = yield* ProviderRegistry
     const inbox = yield* CallbackInbox
-    const { maxBytes, readTimeout } = yield* WebhookSettings.config
+    const { maxDepth } = yield* WebhookSettings.config
 
-    const handle = Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const url = new URL(request.url, "http://gateway")
-      const provider = WEBHOOK_PATH.exec(url.pathname)?.[1]
-      if (provider === undefined) return status(404, "unknown provider")
-      if (request.method !== "POST") return status(405, "POST only")
-      const endpoint = registry.webhookEndpoint(provider)
-      if (Option.isNone(endpoint)) return status(404, "unknown provider")
-      const contentType = request.headers["content-type"] ?? ""
-      if (!/^application\/json\s*(;|$)/i.test(contentType)) return status(415, "expected application/json")
-      const declared = Number(request.headers["content-length"] ?? "0")
-      if (declared > maxBytes) return status(413, "body too large")
-
-      const body = yield* readBody(request, maxBytes, readTimeout).pipe(Effect.either)
-      if (Either.isLeft(body)) {
-        return body.left._tag === "BodyTooLarge" ? status(413, "body too large") : status(408, "body timeout")
-      }
-      const verified = yield* endpoint.value.verify({
-        headers: request.headers,
-        query: url.searchParams,
-        body: body.right
-      })
-      if (Either.isLeft(verified)) {
-        yield* Effect.logWarning("webhook refused").pipe(Effect.annotateLogs({ provider, reason: verified.left }))
-        return status(401)
-      }
-
-      const text = Buffer.from(body.right).toString("utf8")
-      const json = Either.try(() => JSON.parse(text) as unknown)
-      const report = Either.flatMap(
-        Either.mapLeft(json, () => "not JSON"),
-        endpoint.value.protocol.parse
+    /** Counts and logs a refusal: the sender's problem, or an attack, that an operator may want to see. */
+    const refused = (provider: string, status: number, reason: string, error?: string) =>
+      Effect.logWarning("webhook refused").pipe(
+        Effect.annotateLogs({ provider, status, reason }),
+        Effect.zipRight(Metric.increment(Metric.tagged(refusals, "status", String(status)))),
+        Effect.as<WebhookAnswer>(error === undefined ? { status } : { status, error })
       )
-      if (Either.isLeft(report)) return status(400, `malformed ${provider} webhook: ${report.left}`)
-      // a signature over a request id (fal) covers only the body that names the same request
-      const subject = verified.right.subject
-      if (subject !== undefined && subject !== report.right.providerTaskId) return status(401)
 
-      const payloadHash = sha256hex(body.right)
-      const stored = yield* inbox.store({
-        provider,
-        dedupKey: dedupKeyOf(verified.right.eventId, report.right, payloadHash),
-        providerEventId: verified.right.eventId,
-        providerTaskId: report.right.providerTaskId,
-        clientRequestId: report.right.clientRequestId,
-        attemptId: endpoint.value.protocol.scheme === "callback-token" ? url.searchParams.get("attempt") : null,
-        providerOccurredAt: verified.right.timestamp ?? report.right.providerUpdatedAt,
-        signatureKeyVersion: verified.right.keyVersion,
-        payloadHash,
-        body: text,
-        payload: Either.getOrThrow(json)
-      }).pipe(Effect.either)
-      if (Either.isLeft(stored)) return status(503, "unavailable")
-      return status(204)
-    })
+    /** What can be answered before the body is read: the path, method and media type. */
+    const admit = (
+      path: string,
+      method: string,
+      headers: Readonly<Record<string, string | undefined>>
+    ): Either.Either<Admitted, WebhookAnswer> => {
+      const provider = WEBHOOK_PATH.exec(path)?.[1]
+      if (provider === undefined) return Either.left({ status: 404, error: "unknown provider" })
+      if (method !== "POST") return Either.left({ status: 405, error: "POST only" })
+      const endpoint = registry.webhookEndpoint(provider)
+      if (Option.isNone(endpoint)) return Either.left({ status: 404, error: "unknown provider" })
+      if (!/^application\/json\s*(;|$)/i.test(headers["content-type"] ?? "")) {
+        return Either.left({ status: 415, error: "expected application/json" })
+      }
+      return Either.right({ provider, endpoint: endpoint.value })
+    }
 
-    return { handle } as const
+    /** The body is in: verify, decode, store. */
+    const handle = ({ endpoint, provider }: Admitted, request: WebhookRequest): Effect.Effect<WebhookAnswer> =>
+      Effect.gen(function*() {
+        const verified = yield* endpoint.verify(request)
+        if (Either.isLeft(verified)) {
+          const reason = verified.left
+          return yield* reason === "expired"
+            ? refused(provider, 410, reason, "this callback URL is no longer in use")
+            : reason === "keys_unavailable"
+            ? refused(provider, 503, reason, "signing keys unavailable: retry later")
+            : refused(provider, 401, reason)
+        }
+
+        const text = Buffer.from(request.body).toString("utf8")
+        // checked before anything walks the parsed value: a deep one overflowed the stack on the inbox's write
+        if (jsonDepthExceeds(text, maxDepth)) {
+          return yield* refused(
+            provider,
+            400,
+            "too_deep",
+            `malformed ${provider} webhook: nested deeper than ${maxDepth}`
+          )
+        }
+        const report = Either.flatMap(
+          Either.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }),
+          endpoint.protocol.parse
+        )
+        if (Either.isLeft(report)) {
+          return yield* refused(provider, 400, "malformed", `malformed ${provider} webhook: ${report.left}`)
+        }
+        // a signature over a request id (fal) covers only the body that names the same request
+        const subject = verified.right.subject
+        if (subject !== undefined && subject !== report.right.providerTaskId) {
+          return yield* refused(provider, 401, "subject_mismatch")
+        }
+        const attemptId = endpoint.protocol.scheme === "callback-token" ? request.query.get("attempt") : null
+        // a callback URL works while its attempt can still change its task: not once it ended or was replaced
+        if (attemptId !== null) {
+          const open = yield* Effect.either(inbox.callbackAttemptOpen(provider, attemptId))
+          if (Either.isLeft(open)) return { status: 503, error: "unavailable" }
+          if (!open.right) {
+            return yield* refused(provider, 410, "attempt_ended", "this callback URL is no longer in use")
+          }
+        }
+
+        const payloadHash = sha256hex(request.body)
+        const stored = yield* inbox.store({
+          provider,
+          dedupKey: dedupKeyOf(verified.right.eventId, report.right, payloadHash),
+          providerEventId: verified.right.eventId,
+          providerTaskId: report.right.providerTaskId,
+          clientRequestId: report.right.clientRequestId,
+          attemptId,
+          providerOccurredAt: verified.right.timestamp ?? report.right.providerUpdatedAt,
+          signatureKeyVersion: verified.right.keyVersion,
+          payloadHash,
+          body: text
+        }).pipe(Effect.either)
+        return Either.isLeft(stored) ? { status: 503, error: "unavailable" } : { status: 204 }
+      })
+
+    return { admit, handle, refused } as const
   })
 }) {}
-
-const WEBHOOK_PATH = /^\/webhooks\/([a-z][a-z0-9_-]{0,31})\/?$/
-
-/**
- * Serves /webhooks/* before the API's router and middleware (access log, span, error encoding): provider
- * callbacks are the hottest path and need none of it. Everything else goes to `app`.
- */
-export const routeWebhooks = (gateway: WebhookGateway) => <E, R>(app: HttpApp.Default<E, R>) =>
-  Effect.flatMap(
-    HttpServerRequest.HttpServerRequest,
-    (request): Effect.Effect<HttpServerResponse.HttpServerResponse, E, R | HttpServerRequest.HttpServerRequest> =>
-      request.url.startsWith("/webhooks/") ? gateway.handle : app
-  )

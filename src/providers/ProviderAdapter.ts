@@ -65,6 +65,23 @@ export const parseWith =
       Either.map(toReport)
     )
 
+/**
+ * An array of `schema` read leniently: entries of another shape are skipped, and a value that is not an array is
+ * read as one entry. For a provider's optional lists (outputs, keys) where one odd entry must not cost the rest, nor
+ * crash the code that reads them.
+ */
+export const skipping = <A, I>(schema: Schema.Schema<A, I>) => {
+  const is = Schema.is(Schema.typeSchema(schema))
+  return Schema.transform(Schema.Unknown, Schema.Array(Schema.typeSchema(schema)), {
+    strict: true,
+    decode: (value) => (Array.isArray(value) ? value : [value]).filter(is),
+    encode: (entries) => entries
+  })
+}
+
+/** A provider's time, or null when it is none (out of Date's range, unparseable): never an Invalid Date. */
+export const validDate = (date: Date): Date | null => Number.isNaN(date.getTime()) ? null : date
+
 export const sha256hex = (data: Uint8Array | string): string => createHash("sha256").update(data).digest("hex")
 
 /**

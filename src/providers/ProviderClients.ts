@@ -1,10 +1,10 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
-import { Effect, Option, Redacted } from "effect"
+import { Clock, Effect, Option, Redacted } from "effect"
 import { LookupUnsupported } from "./errors.js"
 import { type ProviderClient } from "./ProviderDefinition.js"
 import { providers } from "./providers.js"
 import { CallbackTokenSettings, ProviderSettings } from "./ProviderSettings.js"
-import { callbackToken } from "./signatures.js"
+import { callbackQuery } from "./signatures.js"
 import { simulatorLookup } from "./simulatorLookup.js"
 import { makeTransport } from "./transport.js"
 
@@ -19,8 +19,14 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
     const settings = yield* ProviderSettings.config
     const { secrets } = yield* CallbackTokenSettings.config
     const current = secrets.find((s) => s.version === "current")
-    const callbackTokenOf = (provider: string) => (attemptId: string) =>
-      current === undefined ? "" : callbackToken(current.secret, provider, attemptId)
+    const callbackQueryOf = (provider: string) => (attemptId: string) =>
+      Effect.map(
+        Clock.currentTimeMillis,
+        (now) =>
+          current === undefined
+            ? `attempt=${attemptId}&token=`
+            : callbackQuery(current.secret, provider, attemptId, new Date(now))
+      )
 
     const clients = new Map(providers.map((d): [string, ProviderClient] => {
       const s = settings.clients[d.name]!
@@ -36,7 +42,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
       const core = s.client({
         transport,
         webhookUrl: `${settings.publicBaseUrl}/webhooks/${d.name}`,
-        callbackToken: callbackTokenOf(d.name)
+        callbackQuery: callbackQueryOf(d.name)
       })
       const lookup = core.lookup ?? (s.lookup ? simulatorLookup(transport) : undefined)
       return [d.name, {

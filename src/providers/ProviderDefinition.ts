@@ -1,5 +1,5 @@
 import type { HttpClient, HttpClientRequest } from "@effect/platform"
-import { Config, type Effect, type Either, type Option } from "effect"
+import { Config, type Duration, type Effect, type Either, type Option } from "effect"
 import type { Setting } from "../config/Settings.js"
 import type { HostPattern } from "../output/hostPatterns.js"
 import type { LookupUnsupported, ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
@@ -55,11 +55,14 @@ export interface ClientContext {
   readonly transport: Transport
   /** `${PUBLIC_BASE_URL}/webhooks/<name>` */
   readonly webhookUrl: string
-  /** The per-attempt token for providers whose callbacks are unsigned (Luma); "" without CALLBACK_TOKEN_SECRET. */
-  readonly callbackToken: (attemptId: string) => string
+  /**
+   * The query that authenticates a callback URL for providers whose callbacks are unsigned (Luma): the attempt,
+   * when the token was issued, the token. The token is empty (refused) without CALLBACK_TOKEN_SECRET.
+   */
+  readonly callbackQuery: (attemptId: string) => Effect.Effect<string>
 }
 
-/** What a webhook verifier is built with: the shared tolerance and the callback-token secrets. */
+/** What a webhook verifier is built with: the shared tolerance and the callback-token secrets and lifetime. */
 export interface WebhookContext {
   readonly toleranceSeconds: number
   readonly callbackTokens: ReadonlyArray<VersionedSecret>
@@ -68,6 +71,7 @@ export interface WebhookContext {
    * dropped unless this provider's base URL is on this machine (ProviderRegistry). None left: no endpoint (404).
    */
   readonly usable: (secrets: ReadonlyArray<VersionedSecret>) => ReadonlyArray<VersionedSecret>
+  readonly callbackTokenTtl: Duration.Duration
 }
 
 /** What the webhook gateway sees of a request: enough to verify it, nothing parsed yet. */

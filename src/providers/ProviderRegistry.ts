@@ -24,7 +24,7 @@ export interface WebhookEndpoint {
 export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("ProviderRegistry", {
   effect: Effect.gen(function*() {
     const settings = yield* ProviderWebhookSettings.config
-    const { secrets } = yield* CallbackTokenSettings.config
+    const { secrets, ttl } = yield* CallbackTokenSettings.config
     const { clients } = yield* ProviderSettings.config
     const development = new Set([...providers.map((d) => devSecret(d.name)), devCallbackTokenSecret])
     const endpoints = new Map<string, WebhookEndpoint>()
@@ -41,6 +41,7 @@ export class ProviderRegistry extends Effect.Service<ProviderRegistry>()("Provid
       const build = settings.verifiers[d.name]!({
         toleranceSeconds: settings.toleranceSeconds,
         callbackTokens: secrets,
+        callbackTokenTtl: ttl,
         usable
       })
       if (dropped.length > 0) {

@@ -46,6 +46,12 @@ export const CallbackTokenSettings = S.area("callback tokens", "Per-attempt call
   secrets: secretPair(
     "CALLBACK_TOKEN_SECRET",
     "Secret of the per-attempt callback tokens (Luma): signs them in callback URLs; unset, Luma callbacks are refused (404)"
+  ),
+  // a leaked callback URL is a way to write into the inbox: it stops working with its attempt, and after this
+  ttl: S.duration(
+    "CALLBACK_TOKEN_TTL",
+    "A callback URL's token is refused (410) this long after its attempt was submitted, and once its attempt has ended or been replaced",
+    "24 hours"
   )
 })
 

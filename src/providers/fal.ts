@@ -3,7 +3,7 @@ import type { EndpointTypeMap } from "@fal-ai/client/endpoints"
 import { Clock, Effect, Either, Option, Schema } from "effect"
 import * as S from "../config/Settings.js"
 import { makeFalKeys } from "./falKeys.js"
-import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
+import { parseWith, type ProviderReport, skipping, type WebhookProtocol } from "./ProviderAdapter.js"
 import { constant, type ProviderDefinition, type Verify } from "./ProviderDefinition.js"
 import { type Ed25519Jwk, verifyFalWebhook } from "./signatures.js"
 import { allowed, atLeast, refuseUnless } from "./transport.js"
@@ -23,13 +23,24 @@ const FalWebhook = Schema.Struct({
   error: Schema.optional(Schema.NullOr(Schema.String))
 })
 
-/** fal video apps return `{ video: { url } }` (some `{ videos: [{ url }] }`). */
-export const falOutputUrls = (payload: unknown): ReadonlyArray<string> => {
-  if (typeof payload !== "object" || payload === null) return []
-  const p = payload as { video?: { url?: unknown }; videos?: ReadonlyArray<{ url?: unknown }> }
-  const urls = [p.video?.url, ...(p.videos ?? []).map((v) => v.url)]
-  return urls.filter((u): u is string => typeof u === "string")
-}
+/** A file in a fal result (fal's File: `{ url, content_type, file_name, file_size }`). */
+const FalFile = Schema.Struct({ url: Schema.String })
+
+/**
+ * fal video apps return `{ video: File }` (some `{ videos: File[] }`). Decoded leniently: an entry that is not a
+ * File (`5`, `null`, `"x"`) is skipped, so a signed but odd body neither crashes its reader (a TypeError was a 500,
+ * retried by fal forever) nor costs the good outputs beside it; with none left the task has no output to fetch.
+ */
+const FalResult = Schema.Struct({
+  video: Schema.optional(skipping(FalFile)),
+  videos: Schema.optional(skipping(FalFile))
+})
+
+export const falOutputUrls = (payload: unknown): ReadonlyArray<string> =>
+  Option.match(Schema.decodeUnknownOption(FalResult)(payload), {
+    onNone: () => [],
+    onSome: (r) => [...(r.video ?? []), ...(r.videos ?? [])].map((f) => f.url)
+  })
 
 export const falStatusReport = (requestId: string, s: typeof FalStatus.Type): ProviderReport => ({
   providerTaskId: requestId,
@@ -155,12 +166,17 @@ export const fal: ProviderDefinition = {
           "FAL_JWKS_URL",
           "Where fal.ai's webhook signing keys are (JWKS); unset, fal webhooks are refused (404)"
         ),
-        userId: S.optionalString("FAL_USER_ID", "Our fal.ai user id, which fal signs into every webhook")
+        userId: S.optionalString("FAL_USER_ID", "Our fal.ai user id, which fal signs into every webhook"),
+        jwksTimeout: S.duration(
+          "FAL_JWKS_TIMEOUT",
+          "How long a fetch of fal.ai's signing keys may take; a webhook waits no longer for them (then 503)",
+          "5 seconds"
+        )
       }),
-      ({ jwksUrl, userId }) => ({ toleranceSeconds }) =>
+      ({ jwksTimeout, jwksUrl, userId }) => ({ toleranceSeconds }) =>
         Option.isNone(jwksUrl) || Option.isNone(userId)
           ? Option.none()
-          : Option.some(Effect.map(makeFalKeys(jwksUrl.value), (keys): Verify => (r) =>
+          : Option.some(Effect.map(makeFalKeys(jwksUrl.value, jwksTimeout), (keys): Verify => (r) =>
             Effect.gen(function*() {
               const at = new Date(yield* Clock.currentTimeMillis)
               const check = (k: ReadonlyArray<Ed25519Jwk>) =>
@@ -172,10 +188,13 @@ export const fal: ProviderDefinition = {
                   now: at,
                   toleranceSeconds
                 })
-              const first = check(yield* keys(false))
+              const first = check((yield* keys(false)).keys)
               // an unknown key may be a rotation: fetch the set again (rate-limited) before refusing
               if (Either.isRight(first) || first.left !== "bad_signature") return first
-              return check(yield* keys(true))
+              const again = yield* keys(true)
+              const second = check(again.keys)
+              // without a current key set we cannot tell a forgery from a rotation: the sender should retry
+              return Either.isLeft(second) && !again.current ? Either.left("keys_unavailable" as const) : second
             })))
     )
   }

@@ -79,24 +79,19 @@ export const luma: ProviderDefinition = {
   exampleModel: "ray-2",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
   check: (r) => allowed(lumaCheck(r.model, r.durationSeconds)),
-  client: constant(({ callbackToken, transport, webhookUrl }) => ({
+  client: constant(({ callbackQuery, transport, webhookUrl }) => ({
     submit: (r) =>
       refuseUnless(lumaCheck(r.model, r.durationSeconds), ([model, duration]) =>
-        transport.submit(
-          // the SDK's generations.create: POST /generations/video
-          "/dream-machine/v1/generations/video",
-          lumaBody(
-            model,
-            r.prompt,
-            duration,
-            r.resolution,
-            // unsigned callbacks: the token in the URL is how we know the callback is Luma's for this attempt
-            `${webhookUrl}?attempt=${r.attemptId}&token=${callbackToken(r.attemptId)}`
-          ),
-          LumaGeneration,
-          (g) => g.id,
-          r.clientRequestId
-        )),
+        // unsigned callbacks: the token in the URL is how we know the callback is Luma's for this attempt
+        Effect.flatMap(callbackQuery(r.attemptId), (query) =>
+          transport.submit(
+            // the SDK's generations.create: POST /generations/video
+            "/dream-machine/v1/generations/video",
+            lumaBody(model, r.prompt, duration, r.resolution, `${webhookUrl}?${query}`),
+            LumaGeneration,
+            (g) => g.id,
+            r.clientRequestId
+          ))),
     query: (id) =>
       Effect.map(
         transport.call("GET", `/dream-machine/v1/generations/${id}`, LumaGeneration),

@@ -1,7 +1,7 @@
 import type { HttpClientRequest } from "@effect/platform"
 import { Effect, Either, Option, Schema } from "effect"
 import type { Video, VideoCreateParams, VideoSeconds, VideoSize } from "openai/resources/videos"
-import { parseWith, percent, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
+import { parseWith, percent, type ProviderReport, validDate, type WebhookProtocol } from "./ProviderAdapter.js"
 import { constant, type ProviderDefinition, type Resolution } from "./ProviderDefinition.js"
 import { allowed, atLeast, refuseUnless } from "./transport.js"
 import { standardWebhooks } from "./webhookVerifiers.js"
@@ -27,7 +27,7 @@ export const openaiVideoReport = (v: typeof OpenAIVideo.Type): ProviderReport =>
   providerTaskId: v.id,
   clientRequestId: null,
   eventType: `video.${v.status}`,
-  providerUpdatedAt: v.completed_at ? new Date(v.completed_at * 1000) : null,
+  providerUpdatedAt: v.completed_at ? validDate(new Date(v.completed_at * 1000)) : null,
   providerSequence: null,
   status: v.status === "queued"
     ? "queued"
@@ -50,7 +50,7 @@ export const openaiWebhooks: WebhookProtocol = {
     providerTaskId: e.data.id,
     clientRequestId: null,
     eventType: e.type,
-    providerUpdatedAt: new Date(e.created_at * 1000),
+    providerUpdatedAt: validDate(new Date(e.created_at * 1000)),
     providerSequence: null,
     status: e.type === "video.completed" ? "succeeded" : "failed",
     stage: null,

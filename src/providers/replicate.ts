@@ -1,6 +1,6 @@
 import { Effect, Either, Schema } from "effect"
 import type { default as Replicate, Prediction } from "replicate"
-import { parseWith, type ProviderReport, type WebhookProtocol } from "./ProviderAdapter.js"
+import { parseWith, type ProviderReport, validDate, type WebhookProtocol } from "./ProviderAdapter.js"
 import { constant, type ProviderDefinition } from "./ProviderDefinition.js"
 import { allowed, refuseUnless } from "./transport.js"
 import { standardWebhooks } from "./webhookVerifiers.js"
@@ -26,7 +26,7 @@ export const replicateReport = (p: typeof ReplicatePrediction.Type): ProviderRep
   providerTaskId: p.id,
   clientRequestId: null,
   eventType: `prediction.${p.status}`,
-  providerUpdatedAt: p.completed_at ? new Date(p.completed_at) : null,
+  providerUpdatedAt: p.completed_at ? validDate(new Date(p.completed_at)) : null,
   providerSequence: null,
   status: p.status === "starting" || p.status === "processing"
     ? "running"

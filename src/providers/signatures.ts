@@ -10,8 +10,17 @@ import {
 } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 
-/** Why a webhook was refused; the HTTP answer never says which (401 with no detail). */
-export type SignatureRejection = "missing_headers" | "stale_timestamp" | "bad_signature"
+/**
+ * Why a webhook was refused. The HTTP answer never says which of the first three (401 with no detail);
+ * `expired` is a genuine callback URL that is no longer in use (410), `keys_unavailable` a signature that could
+ * not be checked because the provider's keys could not be fetched (503: a genuine callback is retried later).
+ */
+export type SignatureRejection =
+  | "missing_headers"
+  | "stale_timestamp"
+  | "bad_signature"
+  | "expired"
+  | "keys_unavailable"
 
 export interface Verified {
   /** Which configured key matched ("current", "previous", a JWKS kid ...): recorded with the inbox row. */
@@ -135,21 +144,40 @@ export const falSigningString = (requestId: string, userId: string, timestamp: s
 
 /**
  * Unsigned callbacks (Luma, Kling): the callback URL we hand the provider carries a per-attempt token,
- * HMAC(secret, provider + attempt id). Nothing is stored; the comparison is constant-time.
+ * HMAC(secret, provider + attempt id + issue time), and the issue time (unix seconds) beside it. Nothing is
+ * stored; the comparison is constant-time. A token older than the TTL is expired: a leaked URL stops working.
  */
-export const callbackToken = (secret: string, provider: string, attemptId: string): string =>
-  createHmac("sha256", secret).update(`callback:${provider}:${attemptId}`).digest("base64url")
+export const callbackToken = (secret: string, provider: string, attemptId: string, issuedSeconds: number): string =>
+  createHmac("sha256", secret).update(`callback:${provider}:${attemptId}:${issuedSeconds}`).digest("base64url")
+
+/** The query of a callback URL: `attempt=<id>&issued=<unix seconds>&token=<token>`. */
+export const callbackQuery = (secret: string, provider: string, attemptId: string, now: Date): string => {
+  const issued = Math.floor(now.getTime() / 1000)
+  return `attempt=${attemptId}&issued=${issued}&token=${callbackToken(secret, provider, attemptId, issued)}`
+}
 
 export const verifyCallbackToken = (options: {
   readonly secrets: ReadonlyArray<VersionedSecret>
   readonly provider: string
   readonly attemptId: string | null
+  readonly issued: string | null
   readonly token: string | null
+  readonly now: Date
+  /** How long a token is accepted after it was issued. */
+  readonly ttlSeconds: number
+  /** How far in the future an issue time may be (our runners' clock skew). */
+  readonly toleranceSeconds: number
 }): Either.Either<Verified, SignatureRejection> => {
-  if (!options.attemptId || !options.token || !UUID.test(options.attemptId)) return Either.left("missing_headers")
+  const { attemptId, issued, token } = options
+  if (!attemptId || !token || !issued || !UUID.test(attemptId) || !/^\d{1,12}$/.test(issued)) {
+    return Either.left("missing_headers")
+  }
   for (const { secret, version } of options.secrets) {
-    if (constantTimeEqual(callbackToken(secret, options.provider, options.attemptId), options.token)) {
-      return Either.right({ keyVersion: version, eventId: null, timestamp: null })
+    if (constantTimeEqual(callbackToken(secret, options.provider, attemptId, Number(issued)), token)) {
+      const age = options.now.getTime() / 1000 - Number(issued)
+      return age > options.ttlSeconds || age < -options.toleranceSeconds
+        ? Either.left("expired")
+        : Either.right({ keyVersion: version, eventId: null, timestamp: null })
     }
   }
   return Either.left("bad_signature")

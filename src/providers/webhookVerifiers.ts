@@ -1,4 +1,4 @@
-import { Clock, Effect, Option, Redacted } from "effect"
+import { Clock, Duration, Effect, Option, Redacted } from "effect"
 import * as S from "../config/Settings.js"
 import { constant, type WebhookDefinition } from "./ProviderDefinition.js"
 import { verifyCallbackToken, verifyStandardWebhook, type VersionedSecret } from "./signatures.js"
@@ -33,16 +33,23 @@ export const standardWebhooks = (secretName: string, title: string): WebhookDefi
     }
   )
 
-/** Unsigned callbacks (Luma): the per-attempt token we put in the callback URL. */
+/** Unsigned callbacks (Luma): the per-attempt token we put in the callback URL, until it expires. */
 export const callbackTokens = (provider: string): WebhookDefinition["verifier"] =>
-  constant(({ callbackTokens, usable }) => {
+  constant(({ callbackTokenTtl, callbackTokens, toleranceSeconds, usable }) => {
     const secrets = usable(callbackTokens)
-    return secrets.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
-      Effect.succeed(verifyCallbackToken({
-        secrets,
-        provider,
-        attemptId: r.query.get("attempt"),
-        token: r.query.get("token")
-      }))
-    ))
+    return secrets.length === 0 ?
+      Option.none() :
+      Option.some(Effect.succeed((r) =>
+        Effect.map(now, (at) =>
+          verifyCallbackToken({
+            secrets,
+            provider,
+            attemptId: r.query.get("attempt"),
+            issued: r.query.get("issued"),
+            token: r.query.get("token"),
+            now: at,
+            ttlSeconds: Duration.toSeconds(callbackTokenTtl),
+            toleranceSeconds
+          }))
+      ))
   })

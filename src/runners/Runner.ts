@@ -20,9 +20,10 @@ import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
+import { WebhookRouteLive } from "../http/WebhookRoute.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { InboxProcessorLive } from "../intake/InboxProcessor.js"
-import { routeWebhooks, WebhookGateway } from "../intake/Webhooks.js"
+import { WebhookGateway } from "../intake/Webhooks.js"
 import * as ObjectStore from "../output/ObjectStore.js"
 import { OutputDownloader } from "../output/OutputDownloader.js"
 import { OutputWork } from "../output/OutputWork.js"
@@ -97,17 +98,21 @@ const layerEventStreams = Layer.mergeAll(EventsSseLive, EventsSocketLive).pipe(
   Layer.provideMerge(Layer.mergeAll(EventLog.Default, OriginPolicy.Default, TokenSigner.Default))
 )
 
+/** The provider webhook gateway, on the Node server's raw routes (src/http/WebhookRoute.ts says why). */
+const layerWebhooks = WebhookRouteLive.pipe(
+  Layer.provide(WebhookGateway.Default),
+  Layer.provide(ProviderRegistry.Default),
+  Layer.provide(FetchHttpClient.layer)
+)
+
 /**
- * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs), the live page at `/`, and, in front of them,
- * the provider webhook gateway, on whatever HttpServer is provided; the event streams on its RawRoutes.
+ * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and the live page at `/`, on whatever HttpServer is
+ * provided; the provider webhook gateway and the event streams on its RawRoutes.
  */
 export const layerHttpApp = Layer.unwrapEffect(
   Effect.map(
-    Effect.all([WebhookGateway, ApiSettings.config]),
-    ([gateway, api]) =>
-      HttpApiBuilder.serve((app) =>
-        routeWebhooks(gateway)(HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app)))
-      )
+    ApiSettings.config,
+    (api) => HttpApiBuilder.serve((app) => HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app)))
   )
 ).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
@@ -116,11 +121,7 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
-  Layer.provide(WebhookGateway.Default),
-  Layer.provide(ProviderRegistry.Default),
-  Layer.provide(FetchHttpClient.layer),
-  // provider callbacks come by the thousand per second: no request span for them (failures are logged)
-  HttpMiddleware.withTracerDisabledWhen((request) => request.url.startsWith("/webhooks/"))
+  Layer.provideMerge(layerWebhooks)
 )
 
 export const layerHttp = (c: RunnerConfig) =>

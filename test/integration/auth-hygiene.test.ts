@@ -6,7 +6,7 @@ import WebSocket from "ws"
 import { ISSUER, TokenKinds } from "../../src/http/Auth.js"
 import { EventLog } from "../../src/persistence/EventLog.js"
 import { devCallbackTokenSecret, devSecret } from "../../src/providers/devSecrets.js"
-import { callbackToken } from "../../src/providers/signatures.js"
+import { callbackQuery } from "../../src/providers/signatures.js"
 import type { ProjectId } from "../../src/schema/ids.js"
 import { noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
@@ -270,10 +270,10 @@ describe.skipIf(noDatabase || redisUrl === undefined)("token and session hygiene
         expect(yield* postWebhook("/webhooks/openai", openai, openAISigner(devSecret("openai"))(openai))).toBe(404)
         // Luma's too: a callback token made with the development callback secret (was 204)
         const luma = yield* submittedTask("luma", `gen-${uuid()}`)
-        const token = callbackToken(devCallbackTokenSecret, "luma", luma.attemptId)
+        const query = callbackQuery(devCallbackTokenSecret, "luma", luma.attemptId, new Date())
         expect(
           yield* postWebhook(
-            `/webhooks/luma?attempt=${luma.attemptId}&token=${token}`,
+            `/webhooks/luma?${query}`,
             JSON.stringify({ id: `gen-${uuid()}`, state: "dreaming" }),
             {}
           )

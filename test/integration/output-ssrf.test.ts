@@ -8,7 +8,7 @@ import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import { devSecret } from "../../src/providers/devSecrets.js"
-import { callbackToken } from "../../src/providers/signatures.js"
+import { callbackQuery } from "../../src/providers/signatures.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { sampleMp4 } from "../../src/simulator/sampleMp4.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
@@ -135,8 +135,8 @@ describe.skipIf(noDatabase)("output URLs: no SSRF, no injected outputs", () => {
             state: "completed",
             assets: { video: `http://127.0.0.1:${attacker.port}/internal` }
           })
-          const token = callbackToken(TOKEN_SECRET, "luma", t.attemptId)
-          const res = yield* post(`${platform}/webhooks/luma?attempt=${t.attemptId}&token=${token}`, body, {})
+          const query = callbackQuery(TOKEN_SECRET, "luma", t.attemptId, new Date())
+          const res = yield* post(`${platform}/webhooks/luma?${query}`, body, {})
           expect(res.status).toBe(204)
           const sql = yield* SqlClient.SqlClient
           // processed: the entity has answered for it

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
-import { execFileSync } from "node:child_process"
+import { execFileSync, spawnSync } from "node:child_process"
 import * as Bus from "../../src/bus/NotificationBus.js"
 import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { layerRocketMQ } from "../../src/queue/RocketMQQueue.js"
@@ -148,9 +148,9 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
           )
           for (const id of during) expect(versionsByTask(bus.seen).get(id)).toEqual([1, 2, 3, 4])
         } finally {
-          if (execFileSync("scripts/rocketmq.sh", ["status"], { stdio: "pipe" }).toString().includes("stopped")) {
-            rocketmq("up")
-          }
+          // `status` exits non-zero when stopped: read its answer, never throw from here
+          const status = spawnSync("scripts/rocketmq.sh", ["status"], { encoding: "utf8" })
+          if (status.status !== 0 || status.stdout.includes("stopped")) rocketmq("up")
         }
         yield* Scope.close(runner.scope, Exit.void)
       }).pipe(Effect.provide(subscriberBus()), Effect.scoped),

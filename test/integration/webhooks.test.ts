@@ -1,11 +1,10 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Layer, Redacted, Schedule } from "effect"
-import { generateKeyPairSync, sign } from "node:crypto"
-import * as http from "node:http"
+import { generateKeyPairSync } from "node:crypto"
 import { CallbackInbox } from "../../src/intake/CallbackInbox.js"
 import { layerPostgres } from "../../src/persistence/Database.js"
-import { callbackToken, falSigningString } from "../../src/providers/signatures.js"
+import { callbackToken } from "../../src/providers/signatures.js"
 import { layerHttpTest } from "../../src/testing/TestRunner.js"
 import { databaseUrl, makeTestDatabaseUrl, noDatabase } from "../support/database.js"
 import { scaled, scaledDuration } from "../support/env.js"
@@ -14,32 +13,28 @@ import { admitTask, uuid } from "../support/tasks.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
 import {
   eventually,
+  falHeaders,
   inboxRows,
   nowSeconds,
+  OPENAI_TEST_SECRET,
   openaiEvent,
   openAISigner,
   post,
+  serveFalJwks,
   submittedTask,
   taskRow
 } from "../support/webhooks.js"
 
-const OPENAI_SECRET = "whsec_" + Buffer.from("openai-test-secret-32-bytes-long!").toString("base64")
 const OPENAI_PREVIOUS = "whsec_" + Buffer.from("openai-old-secret-32-bytes-long!!").toString("base64")
 const TOKEN_SECRET = "callback-token-secret"
 const fal = generateKeyPairSync("ed25519")
 
-// fal's JWKS, served like fal serves it
-const jwksServer = http.createServer((_, res) => {
-  res.setHeader("content-type", "application/json")
-  res.end(JSON.stringify({ keys: [{ ...fal.publicKey.export({ format: "jwk" }), kid: "fal-test" }] }))
-})
-await new Promise<void>((resolve) => jwksServer.listen(0, "127.0.0.1", resolve))
 const settings = {
-  OPENAI_WEBHOOK_SECRET: OPENAI_SECRET,
+  OPENAI_WEBHOOK_SECRET: OPENAI_TEST_SECRET,
   OPENAI_WEBHOOK_SECRET_PREVIOUS: OPENAI_PREVIOUS,
   CALLBACK_TOKEN_SECRET: TOKEN_SECRET,
   FAL_USER_ID: "user-1",
-  FAL_JWKS_URL: `http://127.0.0.1:${(jwksServer.address() as { port: number }).port}/jwks.json`,
+  FAL_JWKS_URL: await serveFalJwks(fal.publicKey),
   WEBHOOK_MAX_BYTES: "4096",
   INBOX_SWEEP_INTERVAL: "200 millis"
 }
@@ -59,7 +54,7 @@ const TestLayer = layerHttpTest.pipe(
   Layer.provide(withSettings(settings))
 )
 
-const signOpenAI = openAISigner(OPENAI_SECRET)
+const signOpenAI = openAISigner(OPENAI_TEST_SECRET)
 
 describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
   layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
@@ -150,37 +145,22 @@ describe.skipIf(noDatabase)("webhook gateway and inbox on a runner", () => {
           status: "OK",
           payload: { video: { url: "https://x/v.mp4" } }
         })
-        const ts = String(nowSeconds())
-        const sig = sign(
-          null,
-          Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(body))),
-          fal.privateKey
-        ).toString("hex")
-        const falHeaders = {
-          "x-fal-webhook-request-id": requestId,
-          "x-fal-webhook-user-id": "user-1",
-          "x-fal-webhook-timestamp": ts,
-          "x-fal-webhook-signature": sig
-        }
-        expect((yield* post("/webhooks/fal", body, falHeaders)).status).toBe(204)
-        expect((yield* post("/webhooks/fal", body, { ...falHeaders, "x-fal-webhook-user-id": "user-2" })).status)
+        const signed = falHeaders(fal.privateKey, requestId, body)
+        expect((yield* post("/webhooks/fal", body, signed)).status).toBe(204)
+        expect((yield* post("/webhooks/fal", body, { ...signed, "x-fal-webhook-user-id": "user-2" })).status)
           .toBe(401)
         yield* eventually(taskRow(taskId), (t) => t.status === "provider_succeeded")
         // the signature covers the request id in the headers: a body about another request is refused
         const otherBody = JSON.stringify({ request_id: `req-${uuid()}`, status: "OK", payload: {} })
-        const otherSig = sign(
-          null,
-          Buffer.from(falSigningString(requestId, "user-1", ts, new TextEncoder().encode(otherBody))),
-          fal.privateKey
-        ).toString("hex")
-        expect((yield* post("/webhooks/fal", otherBody, { ...falHeaders, "x-fal-webhook-signature": otherSig })).status)
+        expect((yield* post("/webhooks/fal", otherBody, falHeaders(fal.privateKey, requestId, otherBody))).status)
           .toBe(401)
 
         const generationId = `gen-${uuid()}`
         const luma = yield* submittedTask("luma", generationId)
         const generation = JSON.stringify({ id: generationId, state: "dreaming" })
-        const url = (token: string) => `/webhooks/luma?attempt=${luma.attemptId}&token=${token}`
-        const token = callbackToken(TOKEN_SECRET, "luma", luma.attemptId)
+        const issued = nowSeconds()
+        const url = (token: string) => `/webhooks/luma?attempt=${luma.attemptId}&issued=${issued}&token=${token}`
+        const token = callbackToken(TOKEN_SECRET, "luma", luma.attemptId, issued)
         expect((yield* post(url("forged"), generation, {})).status).toBe(401)
         expect((yield* post(url(token), generation, {})).status).toBe(204)
         yield* eventually(taskRow(luma.taskId), (t) => t.status === "running")

@@ -1,7 +1,10 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Schedule } from "effect"
+import { type KeyObject, sign } from "node:crypto"
+import * as http from "node:http"
 import { Webhook } from "standardwebhooks"
+import { falSigningString } from "../../src/providers/signatures.js"
 import { scaledDuration } from "./env.js"
 import { admitTask, uuid } from "./tasks.js"
 
@@ -71,3 +74,31 @@ export const taskRow = (taskId: string) =>
   ).pipe(
     Effect.map((r) => r[0]!)
   )
+
+/** The OpenAI webhook secret the webhook tests' runners are configured with. */
+export const OPENAI_TEST_SECRET = "whsec_" + Buffer.from("openai-test-secret-32-bytes-long!").toString("base64")
+
+/** fal's JWKS for the test's key pair, served like fal serves it; resolves with its URL (for FAL_JWKS_URL). */
+export const serveFalJwks = async (publicKey: KeyObject): Promise<string> => {
+  const server = http.createServer((_, res) => {
+    res.setHeader("content-type", "application/json")
+    res.end(JSON.stringify({ keys: [{ ...publicKey.export({ format: "jwk" }), kid: "fal-test" }] }))
+  })
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+  return `http://127.0.0.1:${(server.address() as { port: number }).port}/jwks.json`
+}
+
+/** The headers of a fal webhook about `requestId`, signed with the test's fal key for fal account `userId`. */
+export const falHeaders = (privateKey: KeyObject, requestId: string, body: string, userId = "user-1") => {
+  const ts = String(nowSeconds())
+  return {
+    "x-fal-webhook-request-id": requestId,
+    "x-fal-webhook-user-id": userId,
+    "x-fal-webhook-timestamp": ts,
+    "x-fal-webhook-signature": sign(
+      null,
+      Buffer.from(falSigningString(requestId, userId, ts, new TextEncoder().encode(body))),
+      privateKey
+    ).toString("hex")
+  }
+}

@@ -3,6 +3,7 @@ import { Either } from "effect"
 import { generateKeyPairSync, sign } from "node:crypto"
 import { Webhook } from "standardwebhooks"
 import {
+  callbackQuery,
   callbackToken,
   type Ed25519Jwk,
   falSigningString,
@@ -112,16 +113,47 @@ describe("fal.ai Ed25519 webhooks", () => {
 
 describe("per-attempt callback tokens (Luma, Kling)", () => {
   const secrets = [{ version: "current", secret: "s1" }, { version: "previous", secret: "s0" }]
+  const now = new Date("2026-01-01T00:00:00Z")
+  const issued = now.getTime() / 1000 - 60
+  const verify =
+    (token: string | null, options: { attempt?: string | null; issued?: string | null } = {}) => (attemptId: string) =>
+      verifyCallbackToken({
+        secrets,
+        provider: "luma",
+        attemptId: options.attempt === undefined ? attemptId : options.attempt,
+        issued: options.issued === undefined ? String(issued) : options.issued,
+        token,
+        now,
+        ttlSeconds: 3600,
+        toleranceSeconds: 300
+      })
+
   it("accepts the attempt's token under the current or previous secret, nothing else", () => {
     const attemptId = crypto.randomUUID()
-    const ok = (token: string | null, attempt: string | null = attemptId) =>
-      verifyCallbackToken({ secrets, provider: "luma", attemptId: attempt, token })
-    expect(Either.getOrThrow(ok(callbackToken("s1", "luma", attemptId))).keyVersion).toBe("current")
-    expect(Either.getOrThrow(ok(callbackToken("s0", "luma", attemptId))).keyVersion).toBe("previous")
-    expect(ok(callbackToken("s1", "luma", crypto.randomUUID()))).toEqual(Either.left("bad_signature"))
-    expect(ok(callbackToken("s1", "luma", attemptId), crypto.randomUUID())).toEqual(Either.left("bad_signature"))
+    const ok = (token: string | null, attempt: string | null = attemptId) => verify(token, { attempt })(attemptId)
+    expect(Either.getOrThrow(ok(callbackToken("s1", "luma", attemptId, issued))).keyVersion).toBe("current")
+    expect(Either.getOrThrow(ok(callbackToken("s0", "luma", attemptId, issued))).keyVersion).toBe("previous")
+    expect(ok(callbackToken("s1", "luma", crypto.randomUUID(), issued))).toEqual(Either.left("bad_signature"))
+    expect(ok(callbackToken("s1", "luma", attemptId, issued), crypto.randomUUID())).toEqual(
+      Either.left("bad_signature")
+    )
     expect(ok(null)).toEqual(Either.left("missing_headers"))
     // a token for the same attempt under another provider does not pass
-    expect(ok(callbackToken("s1", "kling", attemptId))).toEqual(Either.left("bad_signature"))
+    expect(ok(callbackToken("s1", "kling", attemptId, issued))).toEqual(Either.left("bad_signature"))
+  })
+
+  it("signs the issue time: a token moved to another time is forged, an old one is expired", () => {
+    const attemptId = crypto.randomUUID()
+    const token = callbackToken("s1", "luma", attemptId, issued)
+    expect(verify(token, { issued: String(issued + 1) })(attemptId)).toEqual(Either.left("bad_signature"))
+    expect(verify(token, { issued: null })(attemptId)).toEqual(Either.left("missing_headers"))
+    const old = now.getTime() / 1000 - 3601
+    expect(verify(callbackToken("s1", "luma", attemptId, old), { issued: String(old) })(attemptId)).toEqual(
+      Either.left("expired")
+    )
+    const query = new URLSearchParams(callbackQuery("s1", "luma", attemptId, now))
+    expect(verify(query.get("token"), { issued: query.get("issued") })(query.get("attempt")!)).toEqual(
+      Either.right({ keyVersion: "current", eventId: null, timestamp: null })
+    )
   })
 })

@@ -1,0 +1,156 @@
+/**
+ * Where Effect stops: reading a provider callback's body, and answering it. In the platform's pipeline the
+ * webhook route ran before the router, uninterruptibly (HttpApp.toHandled), so `Effect.timeoutFail` could cut
+ * neither the body read nor the JWKS fetch: a body declared as 100 bytes that sent 5 was answered after 328 s
+ * (Node's requestTimeout), a trickled one only at its last byte, and an oversized chunked body had its socket
+ * destroyed with unread input (a reset, never the 413). Here the body is read with a running byte count and a
+ * deadline timer on the Node request itself; Effect runs (interruptibly) once the bytes are in: verify, decode,
+ * store (src/intake/Webhooks.ts).
+ */
+import { Duration, Effect, Either, FiberSet, Layer } from "effect"
+import type { IncomingMessage, ServerResponse } from "node:http"
+import { WEBHOOK_PREFIX, type WebhookAnswer, WebhookGateway, WebhookSettings } from "../intake/Webhooks.js"
+import { RawRoutes } from "./RawRoutes.js"
+
+type BodyRead =
+  | { readonly _tag: "Body"; readonly bytes: Uint8Array }
+  | { readonly _tag: "TooLarge" }
+  | { readonly _tag: "Timeout" }
+  | { readonly _tag: "Gone" }
+
+/**
+ * Reads `req`'s body, counting as it streams in: more than `maxBytes` is TooLarge at once (chunked bodies declare
+ * no length), nothing complete by `deadline` (epoch ms) is Timeout, a connection lost first is Gone.
+ */
+const readBody = (req: IncomingMessage, maxBytes: number, deadline: number, done: (read: BodyRead) => void) => {
+  let chunks: Array<Buffer> = []
+  let size = 0
+  let finished = false
+  const finish = (read: BodyRead) => {
+    if (finished) return
+    finished = true
+    clearTimeout(timer)
+    chunks = []
+    req.off("data", onData)
+    done(read)
+  }
+  const onData = (chunk: Buffer) => {
+    size += chunk.length
+    if (size > maxBytes) return finish({ _tag: "TooLarge" })
+    chunks.push(chunk)
+  }
+  const timer = setTimeout(() => finish({ _tag: "Timeout" }), Math.max(0, deadline - Date.now()))
+  req.on("data", onData)
+  req.once("end", () => finish({ _tag: "Body", bytes: Buffer.concat(chunks, size) }))
+  req.once("error", () => finish({ _tag: "Gone" }))
+  req.once("close", () => finish({ _tag: "Gone" }))
+}
+
+/** Node gives repeated headers as arrays (only set-cookie, for requests): joined, as a proxy would. */
+const headersOf = (req: IncomingMessage): Record<string, string | undefined> => {
+  const headers: Record<string, string | undefined> = {}
+  for (const [name, value] of Object.entries(req.headers)) {
+    headers[name] = Array.isArray(value)
+      ? value.join(", ")
+      : value
+  }
+  return headers
+}
+
+/**
+ * How much of a refused body is still read (and dropped) after the answer, so the client reads the answer before
+ * the socket closes: closing a socket with unread input sends a reset, which can overtake the answer.
+ */
+const lingerBytes = (maxBytes: number) => Math.max(1024 * 1024, 4 * maxBytes)
+
+export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
+  const routes = yield* RawRoutes
+  const gateway = yield* WebhookGateway
+  const { maxBytes, readTimeout } = yield* WebhookSettings.config
+  const timeoutMs = Duration.toMillis(readTimeout)
+  const run = yield* FiberSet.makeRuntime<never>()
+
+  /**
+   * Writes the answer. "keep": the body was read, the connection stays open for the next request. "close": ends
+   * the connection with the answer (Connection: close; Node closes the socket once the answer is flushed). "linger":
+   * a refusal before the body was read: the answer is sent at once with Connection: close, the body still
+   * arriving is read and dropped (up to `lingerBytes`, no later than `deadline`), and the connection closes after it;
+   * past either bound the socket is destroyed.
+   */
+  const answer = (
+    req: IncomingMessage,
+    res: ServerResponse,
+    a: WebhookAnswer,
+    mode: "keep" | "close" | "linger",
+    deadline: number
+  ) => {
+    if (res.headersSent || res.destroyed) return
+    const body = a.error === undefined ? "" : JSON.stringify({ error: a.error })
+    res.writeHead(a.status, {
+      "content-length": Buffer.byteLength(body),
+      ...(body === "" ? {} : { "content-type": "application/json" }),
+      ...(mode === "keep" ? {} : { connection: "close" })
+    })
+    if (mode !== "linger" || req.complete) return void res.end(body)
+    res.write(body)
+    let dropped = 0
+    const cut = () => {
+      clearTimeout(timer)
+      req.socket.destroy()
+    }
+    const timer = setTimeout(cut, Math.max(0, deadline - Date.now()))
+    req.on("data", (chunk: Buffer) => {
+      dropped += chunk.length
+      if (dropped > lingerBytes(maxBytes)) cut()
+    })
+    req.once("end", () => {
+      clearTimeout(timer)
+      res.end()
+    })
+    req.once("close", () => clearTimeout(timer))
+    req.resume()
+  }
+
+  const serve = (req: IncomingMessage, res: ServerResponse) => {
+    const deadline = Date.now() + timeoutMs
+    const url = new URL(req.url ?? "/", "http://gateway")
+    const headers = headersOf(req)
+    const admitted = gateway.admit(url.pathname, req.method ?? "GET", headers)
+    if (Either.isLeft(admitted)) return answer(req, res, admitted.left, "linger", deadline)
+    const provider = admitted.right.provider
+    const tooLarge = () =>
+      void run(Effect.map(
+        gateway.refused(provider, 413, "too_large", "body too large"),
+        (a) => answer(req, res, a, "linger", deadline)
+      ))
+    if (Number(headers["content-length"] ?? "0") > maxBytes) return tooLarge()
+    readBody(req, maxBytes, deadline, (read) => {
+      switch (read._tag) {
+        case "Gone":
+          return
+        case "TooLarge":
+          return tooLarge()
+        case "Timeout":
+          // the client is slow or stalled: answered at the deadline, and the connection closed with it
+          return void run(Effect.map(
+            gateway.refused(provider, 408, "read_timeout", "body timeout"),
+            (a) => answer(req, res, a, "close", deadline)
+          ))
+        case "Body":
+          return void run(
+            gateway.handle(admitted.right, { headers, query: url.searchParams, body: read.bytes }).pipe(
+              Effect.catchAllCause((cause) =>
+                Effect.as(
+                  Effect.logError("webhook failed", cause).pipe(Effect.annotateLogs({ provider })),
+                  { status: 500, error: "internal error" }
+                )
+              ),
+              Effect.map((a) => answer(req, res, a, "keep", deadline))
+            )
+          )
+      }
+    })
+  }
+
+  yield* routes.request((path) => path.startsWith(WEBHOOK_PREFIX), serve)
+}))
