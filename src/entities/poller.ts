@@ -59,14 +59,17 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
   const policy = config.policy
   const leaseMs = Duration.toMillis(config.pollLease)
 
+  /** How long the provider's credential breaker stays open from `now` (0: closed). */
+  const breakerWait = (provider: string, now: number) => Math.max(0, (breakers.get(provider) ?? 0) - now)
+
   const failureDelayMs = (error: ProviderCallFailed, failures: number) => nextPollAfterFailure(error, failures, policy)
 
   const poll = (h: TaskHandle, s: TaskState) =>
     Effect.gen(function*() {
       const attempt = s.attempt!
       let now = yield* Clock.currentTimeMillis
-      const open = breakers.get(attempt.provider) ?? 0
-      if (open > now) return open - now
+      const open = breakerWait(attempt.provider, now)
+      if (open > 0) return open
       let memo = h.scheduleMemo?.attemptId === attempt.id ? h.scheduleMemo : null
       if (memo === null) {
         const sched = yield* schedule.get(attempt.id)
@@ -86,8 +89,8 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
       // the breaker may have opened while this poll waited for its quota slot
       now = yield* Clock.currentTimeMillis
-      const opened = breakers.get(attempt.provider) ?? 0
-      if (opened > now) return opened - now
+      const opened = breakerWait(attempt.provider, now)
+      if (opened > 0) return opened
       const lease = yield* schedule.claim(attempt.id, leaseMs)
       if (Option.isNone(lease)) {
         h.scheduleMemo = null

@@ -41,16 +41,15 @@ export const layerTestDatabase = (maxConnections = 10) =>
       layerPostgres({ url: Redacted.make(url), maxConnections, applicationName: "test" }))
   )
 
-const count = (query: (sql: SqlClient.SqlClient) => Effect.Effect<ReadonlyArray<{ n: number }>, unknown>) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) => query(sql)).pipe(Effect.map(([r]) => r!.n), Effect.orDie)
-
 /** Whether this process's wake loop `loop` ("inbox processor", "outbox relay") has proven its LISTEN (WakeLoop.ts). */
 export const wakeLoopListening = (loop: string) =>
   Metric.value(listeningGauge.pipe(Metric.tagged("loop", loop))).pipe(Effect.map((state) => state.value === 1))
 
 /** Sessions of this database waiting on a lock: a writer blocked behind another transaction's row lock. */
-export const lockWaiters = count((sql) =>
+export const lockWaiters = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql<{ n: number }>`
     SELECT count(*)::int AS n FROM pg_stat_activity
-    WHERE datname = current_database() AND wait_event_type = 'Lock'`
-)
+    WHERE datname = current_database() AND wait_event_type = 'Lock'`).pipe(
+    Effect.map(([r]) => r!.n),
+    Effect.orDie
+  )
