@@ -1,4 +1,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
+import { AdminApi } from "./admin/AdminApi.js"
+import { ClusterApi } from "./admin/ClusterApi.js"
+import { OperationsApi } from "./admin/OperationsApi.js"
 import { ProjectsApi } from "./ProjectsApi.js"
 import { SessionApi } from "./SessionApi.js"
 import { TasksApi } from "./TasksApi.js"
@@ -7,6 +10,9 @@ export class ControlPlaneApi extends HttpApi.make("control-plane")
   .add(ProjectsApi)
   .add(TasksApi)
   .add(SessionApi)
+  .add(AdminApi)
+  .add(ClusterApi)
+  .add(OperationsApi)
   .annotate(OpenApi.Title, "Task-status control plane")
   .annotate(OpenApi.Description, "Create, read and cancel AI-video generation tasks; follow their events.")
 {}

@@ -75,7 +75,9 @@ export const ISSUER = "task-control-plane"
  */
 export const TokenKinds = {
   access: { typ: "at+jwt", audience: "task-control-plane:api" },
-  stream: { typ: "stream+jwt", audience: "task-control-plane:stream" }
+  stream: { typ: "stream+jwt", audience: "task-control-plane:stream" },
+  /** An operator's: the admin API and the operator page only, never a tenant's API (and the reverse). */
+  operator: { typ: "ops+jwt", audience: "task-control-plane:ops" }
 } as const
 type TokenKind = keyof typeof TokenKinds
 
@@ -87,6 +89,9 @@ const StreamClaims = Schema.Struct({
   jti: Schema.UUID,
   exp: Schema.Number
 })
+
+/** An operator token's claims: who the operator is. */
+const OperatorClaims = Schema.Struct({ sub: Schema.NonEmptyTrimmedString })
 
 /** Every token names its subject, when it was issued and when it expires: one without an expiry is refused. */
 const REQUIRED_CLAIMS = ["sub", "iat", "exp"]
@@ -186,7 +191,16 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
         (claims) => ({ ...claims, acceptedUntil: new Date((claims.exp + skewSeconds) * 1000) })
       )
 
-    return { sign, verify, signStream, verifyStream, development } as const
+    /** An operator token for `subject` (who acts: it is written into audit rows). */
+    const signOperator = (subject: string, ttlSeconds = 3600) => signJwt("operator", {}, subject, ttlSeconds)
+
+    const verifyOperator = (token: string) =>
+      Effect.map(
+        verifyJwt("operator", token, OperatorClaims, "invalid or expired operator token"),
+        (c) => ({ operator: c.sub })
+      )
+
+    return { sign, verify, signStream, verifyStream, signOperator, verifyOperator, development } as const
   })
 }) {}
 

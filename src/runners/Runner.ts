@@ -9,6 +9,10 @@ import { TaskLifecycle } from "../entities/TaskLifecycle.js"
 import { ConnectionLimits } from "../gateway/ConnectionLimits.js"
 import { EventGateway } from "../gateway/EventGateway.js"
 import { ProjectFeeds } from "../gateway/ProjectFeeds.js"
+import { AdminHttpLive } from "../http/admin/AdminHttp.js"
+import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
+import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
+import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
@@ -119,7 +123,8 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive)),
+  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive)),
+  Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
   Layer.provideMerge(layerWebhooks)
 )

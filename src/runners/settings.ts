@@ -1,4 +1,5 @@
 import { BusSettings } from "../bus/NotificationBus.js"
+import { OpsCliSettings } from "../cli/ops/AdminClient.js"
 import type * as S from "../config/Settings.js"
 import { ReconcilerSettings } from "../entities/Reconcilers.js"
 import { SweeperSettings } from "../entities/Sweeper.js"
@@ -58,5 +59,6 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   ProviderWebhookSettings,
   CallbackTokenSettings,
   EmbeddedSimulatorSettings,
-  SimulatorSettings
+  SimulatorSettings,
+  OpsCliSettings
 ]

@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import * as jose from "jose"
 import * as http from "node:http"
 import WebSocket from "ws"
-import { ISSUER, TokenKinds } from "../../src/http/Auth.js"
+import { ISSUER, TokenKinds, TokenSigner } from "../../src/http/Auth.js"
 import { EventLog } from "../../src/persistence/EventLog.js"
 import { devCallbackTokenSecret, devSecret } from "../../src/providers/devSecrets.js"
 import { callbackQuery } from "../../src/providers/signatures.js"
@@ -253,6 +253,26 @@ describe.skipIf(noDatabase || redisUrl === undefined)("token and session hygiene
         open.forEach((c) => c.socket.close())
         const again = yield* eventually(openWs(wsUrl(projectId), bearer(token)), (c) => c.status === 101)
         again.socket.close()
+      }))
+
+    it.effect("operator tokens open the admin API only, and tenants' tokens never do", () =>
+      Effect.gen(function*() {
+        const admin = (token: string) =>
+          Effect.promise(() => fetch(`${base}/admin/whoami`, { headers: bearer(token) }).then((r) => r.status))
+        const operator = yield* Effect.flatMap(TokenSigner, (s) => s.signOperator("alice"))
+        expect(yield* admin(operator)).toBe(200)
+        const me = yield* Effect.promise(() =>
+          fetch(`${base}/admin/whoami`, { headers: bearer(operator) }).then((r) => r.json())
+        )
+        expect(me).toEqual({ operator: "alice" })
+        // a tenant's access token, even one covering every project, is not an operator's
+        expect(yield* admin(yield* tokenFor())).toBe(401)
+        // an operator token's claims with a tenant token's kind, and the reverse: the kind decides
+        expect(yield* admin(yield* handMade("access", { tenant_id: TENANT, projects: "*" }))).toBe(401)
+        expect(yield* whoAmI(operator)).toBe(401)
+        expect(yield* admin(yield* handMade("operator", {}))).toBe(200)
+        // no token at all
+        expect(yield* Effect.promise(() => fetch(`${base}/admin/whoami`).then((r) => r.status))).toBe(401)
       }))
 
     it.effect("the simulator's development secrets verify nothing for a provider whose base URL is not local", () =>

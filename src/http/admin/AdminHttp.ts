@@ -1,0 +1,11 @@
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+import { ControlPlaneApi } from "../Api.js"
+import { OperatorView } from "./AdminApi.js"
+import { Operator } from "./OperatorAuth.js"
+
+export const AdminHttpLive = HttpApiBuilder.group(
+  ControlPlaneApi,
+  "admin",
+  (handlers) => handlers.handle("whoami", () => Effect.map(Operator, (o) => new OperatorView(o)))
+)
