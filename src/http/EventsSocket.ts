@@ -9,7 +9,7 @@ import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
-import type { EventLog, StreamEvent } from "../persistence/EventLog.js"
+import { type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
 import type { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { authorizeStream, EVENTS_PATH, StreamRefused } from "./StreamAuth.js"
@@ -19,7 +19,7 @@ const frames = new WeakMap<StreamEvent, string>()
 export const socketFrame = (event: StreamEvent): string => {
   let frame = frames.get(event)
   if (frame === undefined) {
-    const { task_id, task_version, ...payload } = event.payload
+    const { task_id, task_version, ...payload } = framePayload(event)
     frame = JSON.stringify({ type: "task.status", event_id: event.cursor, task_id, task_version, payload })
     frames.set(event, frame)
   }

@@ -119,7 +119,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
           expect(m.type).toBe("task.status")
           expect(m.event_id).toMatch(/^\d+-\d+$/)
           expect(Object.keys(m.payload as object).sort()).toEqual(
-            ["asset_id", "error_code", "progress", "stage", "status"]
+            ["asset_id", "error_code", "progress", "stage", "status", "trace_id"]
           )
           expect(m.payload).toMatchObject({ status: "running", stage: "generating", asset_id: null, error_code: null })
         }
