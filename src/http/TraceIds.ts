@@ -23,7 +23,9 @@ const stamp = (response: HttpServerResponse.HttpServerResponse, traceId: string)
   const res = HttpServerResponse.setHeader(response, TRACE_HEADER, traceId)
   if (res.status < 400) return res
   const body = res.body
-  if (body._tag === "Empty") return HttpServerResponse.setBody(res, HttpBody.text(errorBody({}, traceId), "application/json"))
+  if (body._tag === "Empty") {
+    return HttpServerResponse.setBody(res, HttpBody.text(errorBody({}, traceId), "application/json"))
+  }
   if (body._tag !== "Uint8Array" || !body.contentType.startsWith("application/json")) return res
   try {
     const parsed: unknown = JSON.parse(decoder.decode(body.body))

@@ -114,8 +114,11 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   // applied under the webhook request's trace id (stored with the row): its task event and log lines name it
   const processRow = (row: InboxRow) =>
-    traced("InboxProcessor.process", row.trace_id === null ? undefined : resumedSpan(row.trace_id), (traceId) =>
-      processTraced(row, traceId))
+    traced(
+      "InboxProcessor.process",
+      row.trace_id === null ? undefined : resumedSpan(row.trace_id),
+      (traceId) => processTraced(row, traceId)
+    )
 
   const processTraced = (row: InboxRow, traceId: string) =>
     Effect.gen(function*() {

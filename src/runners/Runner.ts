@@ -113,8 +113,7 @@ const layerWebhooks = WebhookRouteLive.pipe(
 export const layerHttpApp = Layer.unwrapEffect(
   Effect.map(
     ApiSettings.config,
-    (api) =>
-      HttpApiBuilder.serve((app) => traceIds(HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app))))
+    (api) => HttpApiBuilder.serve((app) => traceIds(HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app))))
   )
 ).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),
