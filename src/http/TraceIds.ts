@@ -1,15 +1,28 @@
 import { HttpApp, HttpBody, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Effect } from "effect"
+import { Effect, Metric } from "effect"
 import type { IncomingHttpHeaders } from "node:http"
 import { isTraceId, newTraceId, parseTraceparent, withTraceId } from "../tracing/TraceId.js"
 
 /** The response header that returns a request's trace id, on every answer (API, webhooks, streams). */
 export const TRACE_HEADER = "x-trace-id"
 
+const invalidTraceparents = Metric.counter("traceparent_invalid_total", {
+  description:
+    "requests whose traceparent header was not valid W3C Trace Context (ignored: each got a trace id of its own)",
+  incremental: true
+})
+
+/** The caller's span a `traceparent` names; an invalid one is counted (a client or proxy to fix) and ignored. */
+const callerSpan = (header: string | undefined) => {
+  const span = parseTraceparent(header)
+  if (header !== undefined && span === undefined) invalidTraceparents.unsafeUpdate(1, [])
+  return span
+}
+
 /** The parent span a raw request names in a valid `traceparent` (Node gives a repeated header as an array). */
 export const traceparentOf = (headers: IncomingHttpHeaders) => {
   const value = headers.traceparent
-  return parseTraceparent(Array.isArray(value) ? value[0] : value)
+  return callerSpan(Array.isArray(value) ? value[0] : value)
 }
 
 /** A JSON error body with the trace id in it: every error answer carries it (DESIGN §6: codes plus trace_id). */
@@ -48,7 +61,7 @@ const stamp = (response: HttpServerResponse.HttpServerResponse, traceId: string)
 export const traceIds = HttpMiddleware.make((app) =>
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
-    const parent = parseTraceparent(request.headers.traceparent)
+    const parent = callerSpan(request.headers.traceparent)
     const span = yield* Effect.orElseSucceed(Effect.currentSpan, () => undefined)
     const traceId = parent?.traceId ?? (span !== undefined && isTraceId(span.traceId) ? span.traceId : newTraceId())
     yield* HttpApp.appendPreResponseHandler((_, response) => Effect.succeed(stamp(response, traceId)))

@@ -90,8 +90,11 @@ export const jsonLogger: Logger.Logger<unknown, string> = Logger.make(
   }
 )
 
-const loggerOf = (format: "pretty" | "logfmt" | "json") =>
-  format === "json" ? Logger.withConsoleLog(jsonLogger) : Logger.withConsoleLog(Logger.logfmtLogger)
+// one instance each: the set of loggers holds a logger once however often the layer is built
+const consoleLoggers = {
+  json: Logger.withConsoleLog(jsonLogger),
+  logfmt: Logger.withConsoleLog(Logger.logfmtLogger)
+}
 
 /**
  * The log level and format of LOG_LEVEL and LOG_FORMAT. `pretty` keeps the logger the runtime installed (the
@@ -100,7 +103,7 @@ const loggerOf = (format: "pretty" | "logfmt" | "json") =>
 export const layerLogging = Layer.unwrapEffect(Effect.map(LoggingSettings.config, (c) => {
   const level = Logger.minimumLogLevel(c.level)
   if (c.format === "pretty") return level
-  const chosen = loggerOf(c.format)
+  const chosen = consoleLoggers[c.format]
   return Layer.merge(
     level,
     Layer.scopedDiscard(Effect.locallyScopedWith(FiberRef.currentLoggers, (loggers) =>

@@ -1,7 +1,7 @@
 import { HttpClient, HttpClientRequest, HttpServer } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Effect, Layer, Logger, LogLevel } from "effect"
+import { Effect, Layer, Logger, LogLevel, Metric, type MetricState } from "effect"
 import { randomBytes } from "node:crypto"
 import { TokenSigner } from "../../src/http/Auth.js"
 import { Projects } from "../../src/persistence/Projects.js"
@@ -38,8 +38,10 @@ const hex = (bytes: number) => randomBytes(bytes).toString("hex")
 const plainClient = Effect.map(HttpClient.HttpClient, (c) => HttpClient.withTracerPropagation(c, false))
 const traceparent = (traceId: string) => `00-${traceId}-${hex(8)}-01`
 
-const token = Effect.flatMap(TokenSigner, (s) =>
-  s.sign({ tenant_id: tenant, sub: uuid() as UserId, projects: [project] }))
+const token = Effect.flatMap(
+  TokenSigner,
+  (s) => s.sign({ tenant_id: tenant, sub: uuid() as UserId, projects: [project] })
+)
 
 /** A request with these headers; its status, x-trace-id header and JSON body (null when empty). */
 const send = (method: "GET" | "POST", url: string, headers: Record<string, string>, json?: unknown) =>
@@ -69,6 +71,12 @@ const eventTraces = (taskId: string) =>
 const baseUrl = Effect.map(HttpServer.HttpServer, (server) => {
   const address = server.address as HttpServer.TcpAddress
   return `http://127.0.0.1:${address.port}`
+})
+
+/** The count of refused traceparent headers, from the metrics registry /metrics exports. */
+const invalidTraceparents = Effect.map(Metric.snapshot, (pairs) => {
+  const pair = pairs.find((p) => p.metricKey.name === "traceparent_invalid_total")
+  return pair === undefined ? 0 : Number((pair.metricState as MetricState.MetricState.Counter<number>).count)
 })
 
 const logged = (predicate: (line: Record<string, unknown>) => boolean) => lines.filter(predicate)
@@ -132,7 +140,9 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
     it.effect("every error body carries the trace id: the caller's, or a new one returned in x-trace-id", () =>
       Effect.gen(function*() {
         const traceId = hex(16)
-        const missing = yield* api("GET", `/v1/projects/${project}/tasks/${uuid()}`, { traceparent: traceparent(traceId) })
+        const missing = yield* api("GET", `/v1/projects/${project}/tasks/${uuid()}`, {
+          traceparent: traceparent(traceId)
+        })
         expect(missing.status).toBe(404)
         expect(missing.traceId).toBe(traceId)
         expect(missing.body).toMatchObject({ _tag: "TaskNotFound", trace_id: traceId })
@@ -144,7 +154,8 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
         expect(invalid.traceId).toMatch(/^[0-9a-f]{32}$/)
         expect(invalid.body).toMatchObject({ trace_id: invalid.traceId })
 
-        // an invalid traceparent (upper case, all-zero ids) is ignored: the request gets a trace of its own
+        // an invalid traceparent (upper case, all-zero ids) is ignored, and counted: the request gets a trace of its own
+        const invalidBefore = yield* invalidTraceparents
         for (const bad of [`00-${hex(16).toUpperCase()}-${hex(8)}-01`, `00-${"0".repeat(32)}-${hex(8)}-01`, "junk"]) {
           const res = yield* send("GET", `/v1/projects/${project}/tasks`, { traceparent: bad })
           expect(res.status).toBe(401)
@@ -152,6 +163,7 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
           expect(res.traceId).not.toBe("0".repeat(32))
           expect(res.body).toMatchObject({ trace_id: res.traceId })
         }
+        expect((yield* invalidTraceparents) - invalidBefore).toBe(3)
 
         // the raw routes too: a refused stream and a refused webhook
         const base = yield* baseUrl
@@ -171,8 +183,10 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
         const videoId = `video_${uuid()}`
         const { task, taskId } = yield* submittedTask("openai", videoId)
         // a browser following the task's project sees the change live, with the webhook's trace id
-        const signed = yield* Effect.flatMap(TokenSigner, (s) =>
-          s.sign({ tenant_id: task.tenantId, sub: uuid() as UserId, projects: [task.projectId] }))
+        const signed = yield* Effect.flatMap(
+          TokenSigner,
+          (s) => s.sign({ tenant_id: task.tenantId, sub: uuid() as UserId, projects: [task.projectId] })
+        )
         const stream = yield* openSse(
           `${yield* baseUrl}/v1/projects/${task.projectId}/events?after=${task.lastCursor.toString()}`,
           { authorization: `Bearer ${signed}` }
@@ -182,7 +196,10 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
         const client = yield* plainClient
         const res = yield* client.execute(
           HttpClientRequest.post("/webhooks/openai").pipe(
-            HttpClientRequest.setHeaders({ ...openAISigner(OPENAI_TEST_SECRET)(body), traceparent: traceparent(traceId) }),
+            HttpClientRequest.setHeaders({
+              ...openAISigner(OPENAI_TEST_SECRET)(body),
+              traceparent: traceparent(traceId)
+            }),
             HttpClientRequest.bodyText(body, "application/json")
           )
         ).pipe(Effect.orDie)

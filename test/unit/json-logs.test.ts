@@ -25,7 +25,11 @@ describe("LOG_FORMAT=json: one JSON object per line", () => {
           yield* Effect.logWarning("lifecycle step failed; retrying", Cause.die(failure))
           yield* Effect.logError("two parts", { kind: "timeout", big: 10n })
           yield* Effect.logDebug("clashing").pipe(Effect.annotateLogs({ message: "not the message", level: 3 }))
-        }).pipe(Effect.annotateLogs({ task_id: "t-1", version: 4 }), withTraceId("a".repeat(32)), Effect.withLogSpan("step"))
+        }).pipe(
+          Effect.annotateLogs({ task_id: "t-1", version: 4 }),
+          withTraceId("a".repeat(32)),
+          Effect.withLogSpan("step")
+        )
       )
       expect(lines).toHaveLength(4)
       for (const line of lines) expect(line).not.toContain("\n")
