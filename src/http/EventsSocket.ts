@@ -38,22 +38,16 @@ const reasons: Record<number, string> = {
 }
 
 /** Refuses an upgrade with a plain HTTP answer (the socket never becomes a WebSocket), as SSE answers. */
-const refuseUpgrade = (
-  socket: Duplex,
-  traceId: string,
-  status: number,
-  tag: string,
-  message: string,
-  retryAfter?: number
-) => {
-  const body = errorBody({ _tag: tag, message }, traceId)
-  socket.end(
-    `HTTP/1.1 ${status} ${reasons[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
-      `${TRACE_HEADER}: ${traceId}\r\n` +
-      (retryAfter === undefined ? "" : `Retry-After: ${retryAfter}\r\n`) +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
-  )
-}
+const refuseUpgrade =
+  (socket: Duplex, traceId: string) => (status: number, tag: string, message: string, retryAfter?: number) => {
+    const body = errorBody({ _tag: tag, message }, traceId)
+    socket.end(
+      `HTTP/1.1 ${status} ${reasons[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
+        `${TRACE_HEADER}: ${traceId}\r\n` +
+        (retryAfter === undefined ? "" : `Retry-After: ${retryAfter}\r\n`) +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+    )
+  }
 
 /**
  * `GET /v1/projects/{project}/events/ws`: the same stream, cursor and reset semantics as SSE, as WebSocket
@@ -154,11 +148,11 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
             }))
         ),
         Effect.catchTags({
-          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, id, e.status, e._tag, e.message)),
-          ProjectNotFound: (e) => Effect.sync(() => refuseUpgrade(socket, id, 404, e._tag, e.message)),
+          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, id)(e.status, e._tag, e.message)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseUpgrade(socket, id)(404, e._tag, e.message)),
           TooManyConnections: (e) =>
-            Effect.sync(() => refuseUpgrade(socket, id, 429, e._tag, e.message, e.retryAfterSeconds)),
-          StorageUnavailable: (e) => Effect.sync(() => refuseUpgrade(socket, id, 503, e._tag, e.message))
+            Effect.sync(() => refuseUpgrade(socket, id)(429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseUpgrade(socket, id)(503, e._tag, e.message))
         }),
         Effect.catchAllCause((cause) =>
           Effect.logError("WebSocket stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => socket.destroy())))

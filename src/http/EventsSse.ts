@@ -29,23 +29,17 @@ const resetFrame = (problem: CursorProblem, cursor: string) =>
   `id: ${cursor}\nevent: reset\ndata: ${JSON.stringify({ reason: problem, cursor })}\n\n`
 
 /** An answer before the stream opened: a status and a JSON error with the request's trace id, like the API's. */
-export const refuseHttp = (
-  res: ServerResponse,
-  traceId: string,
-  status: number,
-  tag: string,
-  message: string,
-  retryAfter?: number
-) => {
-  if (res.headersSent) return void res.destroy()
-  const headers: Record<string, string> = {
-    "content-type": "application/json",
-    "cache-control": "no-store",
-    [TRACE_HEADER]: traceId
+export const refuseHttp =
+  (res: ServerResponse, traceId: string) => (status: number, tag: string, message: string, retryAfter?: number) => {
+    if (res.headersSent) return void res.destroy()
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      "cache-control": "no-store",
+      [TRACE_HEADER]: traceId
+    }
+    if (retryAfter !== undefined) headers["retry-after"] = String(retryAfter)
+    res.writeHead(status, headers).end(errorBody({ _tag: tag, message }, traceId))
   }
-  if (retryAfter !== undefined) headers["retry-after"] = String(retryAfter)
-  res.writeHead(status, headers).end(errorBody({ _tag: tag, message }, traceId))
-}
 
 const SSE_HEADERS = {
   "content-type": "text/event-stream; charset=utf-8",
@@ -109,7 +103,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     let traceId = parent?.traceId ?? newTraceId()
     if (req.method !== "GET") {
       res.setHeader("allow", "GET")
-      return refuseHttp(res, traceId, 405, "MethodNotAllowed", "use GET")
+      return refuseHttp(res, traceId)(405, "MethodNotAllowed", "use GET")
     }
     req.socket.setNoDelay(true)
     const url = new URL(req.url ?? "/", "http://gateway")
@@ -128,11 +122,11 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
         ),
         Effect.catchTags({
           StreamRefused: (e) =>
-            Effect.sync(() => refuseHttp(res, id, e.status, e._tag, e.message, e.retryAfterSeconds)),
-          ProjectNotFound: (e) => Effect.sync(() => refuseHttp(res, id, 404, e._tag, e.message)),
+            Effect.sync(() => refuseHttp(res, id)(e.status, e._tag, e.message, e.retryAfterSeconds)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseHttp(res, id)(404, e._tag, e.message)),
           TooManyConnections: (e) =>
-            Effect.sync(() => refuseHttp(res, id, 429, e._tag, e.message, e.retryAfterSeconds)),
-          StorageUnavailable: (e) => Effect.sync(() => refuseHttp(res, id, 503, e._tag, e.message))
+            Effect.sync(() => refuseHttp(res, id)(429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseHttp(res, id)(503, e._tag, e.message))
         }),
         Effect.catchAllCause((cause) =>
           Effect.logError("SSE stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => res.destroy())))
