@@ -63,10 +63,14 @@ export const jsonLogger: Logger.Logger<unknown, string> = Logger.make(
   ({ annotations, cause, context, date, fiberId, logLevel, message, spans }) => {
     const parts = Array.isArray(message) ? message : [message]
     const [first, ...rest] = parts
+    // a cause logged alone (the runtime's report of a failed program) is named by its first line
+    const text = first === undefined && !Cause.isEmpty(cause)
+      ? Cause.pretty(cause).split("\n", 1)[0]
+      : first
     const line: Record<string, unknown> = {
       timestamp: date.toISOString(),
       level: logLevel.label,
-      message: typeof first === "string" ? first : jsonSafe(first),
+      message: typeof text === "string" ? text : jsonSafe(text),
       fiber: FiberId.threadName(fiberId)
     }
     const clashing: Record<string, unknown> = {}
