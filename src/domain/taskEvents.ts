@@ -60,5 +60,6 @@ export const liveEventOf = (e: DomainEvent): LiveTaskEvent => ({
     progress: e.progress,
     assetId: e.asset_id,
     errorCode: e.error_code
-  })
+  }),
+  trace_id: e.trace_id
 })

@@ -7,6 +7,7 @@ import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
+import { newTraceId } from "../tracing/TraceId.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { TaskLifecycle } from "./TaskLifecycle.js"
@@ -98,7 +99,8 @@ export const GenerationTaskLive = GenerationTask.toLayer(
       failures: () => failures,
       succeeded: () => {
         failures = 0
-      }
+      },
+      traceId: newTraceId()
     }
     // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
     // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again.

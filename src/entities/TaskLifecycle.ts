@@ -15,6 +15,7 @@ import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
 import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
+import { traced } from "../tracing/TraceId.js"
 import { makePoller } from "./poller.js"
 import { makeSubmitter } from "./submitter.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
@@ -107,7 +108,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         const request = ref === undefined ? Option.none() : client.outputRequest(ref)
         if (Option.isNone(request)) {
           yield* Effect.logError("provider output cannot be fetched", { ref: ref ?? "none" })
-          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h.taskId)))
+          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h)))
         }
         const key = `${h.taskId}/${attempt.id}/output.mp4`
         const done = yield* operations.begin(h.taskId, attempt.id, "fetch_output", deadline)
@@ -134,14 +135,14 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
               `${e.kind}: ${e.detail}`,
               e.retryable ? retryIn : null
             )
-            if (!e.retryable) return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h.taskId)))
+            if (!e.retryable) return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h)))
             h.failed()
-            return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h.taskId)), retryIn)
+            return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h)), retryIn)
           }
           yield* operations.complete(h.taskId, attempt.id, "fetch_output", stored.right)
         }
         h.succeeded()
-        return yield* commit(h, (st, now) => Steps.outputStored(st, now, meta(h.taskId)))
+        return yield* commit(h, (st, now) => Steps.outputStored(st, now, meta(h)))
       })
 
     /** Probes the stored file's MP4 structure (not a decode): a file that is not a video never becomes ready. */
@@ -151,15 +152,15 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         const head = yield* objects.head(key)
         if (Option.isNone(head)) {
           h.failed()
-          return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h.taskId)), scaled(2))
+          return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h)), scaled(2))
         }
         const bytes = yield* objects.readRange(key, 1 << 20)
         const probe = probeMp4(bytes, head.value.bytes)
         if (Either.isLeft(probe)) {
           yield* Effect.logError("provider output is not a valid MP4", { reason: probe.left })
-          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h.taskId)))
+          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h)))
         }
-        return yield* commit(h, (st, now) => Steps.outputReady(st, key, now, meta(h.taskId)))
+        return yield* commit(h, (st, now) => Steps.outputReady(st, key, now, meta(h)))
       })
 
     /** One unit of work for the task's current state; the result is how many ms until the next look. */
@@ -184,15 +185,15 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
               st,
               new Date((attempt.lastProviderAt ?? now).getTime() + Duration.toMillis(config.outputUrlTtl)),
               now,
-              meta(h.taskId)
+              meta(h)
             ))
         case "output_at_risk":
           return Effect.flatMap(
             Clock.currentTimeMillis,
             (now) =>
               attempt.outputDeadlineAt !== null && attempt.outputDeadlineAt.getTime() < now
-                ? commit(h, (st, at) => Steps.outputLost(st, at, meta(h.taskId)))
-                : commit(h, (st, at) => Steps.beginOutput(st, attempt.outputDeadlineAt ?? at, at, meta(h.taskId)))
+                ? commit(h, (st, at) => Steps.outputLost(st, at, meta(h)))
+                : commit(h, (st, at) => Steps.beginOutput(st, attempt.outputDeadlineAt ?? at, at, meta(h)))
           )
         case "fetching_output":
           return fetchOutput(h, s)
@@ -214,14 +215,18 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             Effect.retry({ while: (e) => e._tag === "StorageUnavailable", schedule: Schedule.spaced("2 seconds") })
           )
           if (isTerminal(s.task.status) || s.task.status === "manual_review") return
-          const delay = yield* step(h, s).pipe(
-            Effect.catchAllCause((cause) =>
-              Effect.as(
-                Effect.logWarning("lifecycle step failed; retrying", cause),
-                retryDelay(h.failed(), 60)
+          // each step (a submit, a poll round, an output fetch) is the work of a trace of its own
+          const delay = yield* traced("TaskLifecycle.step", undefined, (traceId) => {
+            h.traceId = traceId
+            return step(h, s).pipe(
+              Effect.catchAllCause((cause) =>
+                Effect.as(
+                  Effect.logWarning("lifecycle step failed; retrying", cause),
+                  retryDelay(h.failed(), 60)
+                )
               )
             )
-          )
+          })
           if (delay > 0) yield* h.waitForChange(delay)
         }
       }).pipe(

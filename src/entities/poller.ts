@@ -100,7 +100,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       const answer = yield* client.query(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
       now = yield* Clock.currentTimeMillis
       if (Either.isRight(answer)) {
-        const res = yield* h.observe(pollObservation(attempt, answer.right, new Date(now), `poll-${lease.value.token}`))
+        const res = yield* h.observe(pollObservation(attempt, answer.right, new Date(now), h.traceId))
         const overdue = now - s.task.createdAt.getTime() > Duration.toMillis(policy.expectedMax)
         if (overdue) yield* Effect.logWarning("task is past its expected maximum duration: polled rarely")
         const delay = nextPollAfterSuccess(res.task.status, overdue, policy)
@@ -124,9 +124,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         case "not_found": {
           const since = (attempt.submitStartedAt ?? s.task.createdAt).getTime()
           if (now - since > Duration.toMillis(policy.notFoundGrace)) {
-            yield* h.apply((st, at) =>
-              providerLostJob(st, at, { source: "poll", traceId: `poll-${lease.value.token}` })
-            )
+            yield* h.apply((st, at) => providerLostJob(st, at, { source: "poll", traceId: h.traceId }))
           }
           break
         }

@@ -42,8 +42,7 @@ export const makeSubmitter = (
       const client = clients.get(attempt.provider)
       if (Option.isNone(client)) {
         yield* Effect.logError("no client for this provider: the task cannot be submitted")
-        return yield* commit(h, (st, now) =>
-          Steps.retrySubmission(st, attempt.id, 0, "invalid_input", now, meta(h.taskId)))
+        return yield* commit(h, (st, now) => Steps.retrySubmission(st, attempt.id, 0, "invalid_input", now, meta(h)))
       }
       if (!SUBMITTING_MODES.has(yield* fence.mode)) {
         return scaled(5)
@@ -52,9 +51,7 @@ export const makeSubmitter = (
       if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
         return scaled(3)
       }
-      const begun = yield* h.apply((st, now) =>
-        Steps.beginSubmit(st, now, meta(h.taskId))
-      )
+      const begun = yield* h.apply((st, now) => Steps.beginSubmit(st, now, meta(h)))
       if (begun.outcome !== "changed") return 0
       const request = yield* schedule.requestOf(h.taskId)
       const result = yield* client.value.submit({
@@ -66,9 +63,7 @@ export const makeSubmitter = (
         resolution: request.resolution
       }).pipe(Effect.either)
       if (Either.isRight(result)) {
-        yield* h.apply((st, now) =>
-          Steps.submitAccepted(st, attempt.id, result.right.providerTaskId, now, meta(h.taskId))
-        )
+        yield* h.apply((st, now) => Steps.submitAccepted(st, attempt.id, result.right.providerTaskId, now, meta(h)))
         yield* schedule.schedule(attempt.id, poller.firstPollMs())
         h.scheduleMemo = null
         return 0
@@ -76,7 +71,7 @@ export const makeSubmitter = (
       const error = result.left
       yield* Effect.logWarning("submission did not go through", error)
       if (error._tag === "SubmitUnknown") {
-        return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
+        return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h)))
       }
       // a 429 is worth another attempt later; any other refusal is about the request itself
       const retryable = error.code === "http_429"
@@ -89,7 +84,7 @@ export const makeSubmitter = (
             retryable ? config.maxSubmitAttempts : 0,
             retryable ? "provider_unavailable" : "invalid_input",
             now,
-            meta(h.taskId)
+            meta(h)
           ),
         retryDelay(attempt.attemptNo, 60)
       )
@@ -100,7 +95,7 @@ export const makeSubmitter = (
     Effect.gen(function*() {
       const attempt = s.attempt!
       if (attempt.submitState === "SUBMITTING") {
-        return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h.taskId)))
+        return yield* commit(h, (st, now) => Steps.submitUnknown(st, attempt.id, now, meta(h)))
       }
       const now = yield* Clock.currentTimeMillis
       const since = (attempt.unknownSince ?? attempt.submitStartedAt ?? s.task.updatedAt).getTime()
@@ -110,7 +105,7 @@ export const makeSubmitter = (
       if (Either.isRight(found)) {
         if (Option.isSome(found.right)) {
           const providerTaskId = found.right.value
-          yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h.taskId)))
+          yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h)))
           yield* schedule.schedule(attempt.id, poller.firstPollMs())
           h.scheduleMemo = null
           return 0
@@ -118,13 +113,13 @@ export const makeSubmitter = (
         const graceMs = Duration.toMillis(config.submitUnknownGrace)
         if (now - since < graceMs) return graceMs - (now - since) + scaled(1)
         return yield* commit(h, (st, at) =>
-          Steps.retrySubmission(st, attempt.id, config.maxSubmitAttempts, "provider_unavailable", at, meta(h.taskId)))
+          Steps.retrySubmission(st, attempt.id, config.maxSubmitAttempts, "provider_unavailable", at, meta(h)))
       }
       if (found.left._tag === "LookupUnsupported") {
         if (now - since > Duration.toMillis(config.submitUnknownDeadline)) {
           yield* Effect.logError("unknown submission could not be resolved: manual review")
           return yield* commit(h, (st, at) =>
-            Steps.escalate(st, at, meta(h.taskId)))
+            Steps.escalate(st, at, meta(h)))
         }
         return scaled(30)
       }

@@ -27,11 +27,13 @@ export interface TaskHandle {
   readonly failed: () => number
   readonly failures: () => number
   readonly succeeded: () => void
+  /** The trace id of the lifecycle step running now (each step, a poll round say, is a trace of its own). */
+  traceId: string
 }
 
 /** Commits a step; the number is how soon to look again (0: at once, the state moved). */
 export const commitStep = (h: TaskHandle, decide: (s: TaskState, now: Date) => Outcome, thenMs = 0) =>
   Effect.as(h.apply(decide), thenMs)
 
-/** Changes the lifecycle makes on its own account. */
-export const lifecycleMeta = (taskId: TaskId): StepMeta => ({ source: "system", traceId: `lifecycle-${taskId}` })
+/** Changes the lifecycle makes on its own account, under the trace id of the step that makes them. */
+export const lifecycleMeta = (h: TaskHandle): StepMeta => ({ source: "system", traceId: h.traceId })

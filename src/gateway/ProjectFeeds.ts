@@ -31,7 +31,8 @@ const eventOfMessage = (payload: string): { epoch: number; event: StreamEvent } 
       seq: cursor.right.seq,
       cursor: live.right.cursor,
       type: live.right.event_type,
-      payload: live.right.payload
+      payload: live.right.payload,
+      ...(live.right.trace_id === undefined ? {} : { traceId: live.right.trace_id })
     }
   }
 }

@@ -9,17 +9,19 @@ import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
-import type { EventLog, StreamEvent } from "../persistence/EventLog.js"
+import { type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
+import { traced } from "../tracing/TraceId.js"
 import type { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { authorizeStream, EVENTS_PATH, StreamRefused } from "./StreamAuth.js"
+import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
 const frames = new WeakMap<StreamEvent, string>()
 /** The WebSocket message of an event (DESIGN §7), built once per event. */
 export const socketFrame = (event: StreamEvent): string => {
   let frame = frames.get(event)
   if (frame === undefined) {
-    const { task_id, task_version, ...payload } = event.payload
+    const { task_id, task_version, ...payload } = framePayload(event)
     frame = JSON.stringify({ type: "task.status", event_id: event.cursor, task_id, task_version, payload })
     frames.set(event, frame)
   }
@@ -36,14 +38,16 @@ const reasons: Record<number, string> = {
 }
 
 /** Refuses an upgrade with a plain HTTP answer (the socket never becomes a WebSocket), as SSE answers. */
-const refuseUpgrade = (socket: Duplex, status: number, tag: string, message: string, retryAfter?: number) => {
-  const body = JSON.stringify({ _tag: tag, message })
-  socket.end(
-    `HTTP/1.1 ${status} ${reasons[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
-      (retryAfter === undefined ? "" : `Retry-After: ${retryAfter}\r\n`) +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
-  )
-}
+const refuseUpgrade =
+  (socket: Duplex, traceId: string) => (status: number, tag: string, message: string, retryAfter?: number) => {
+    const body = errorBody({ _tag: tag, message }, traceId)
+    socket.end(
+      `HTTP/1.1 ${status} ${reasons[status] ?? "Error"}\r\nContent-Type: application/json\r\n` +
+        `${TRACE_HEADER}: ${traceId}\r\n` +
+        (retryAfter === undefined ? "" : `Retry-After: ${retryAfter}\r\n`) +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+    )
+  }
 
 /**
  * `GET /v1/projects/{project}/events/ws`: the same stream, cursor and reset semantics as SSE, as WebSocket
@@ -61,6 +65,12 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxFrame, perMessageDeflate: false })
   const alive = new Map<WebSocket, boolean>()
+  // the 101 answer names the request's trace id too
+  const traceIds = new WeakMap<IncomingMessage, string>()
+  wss.on("headers", (headers, req) => {
+    const traceId = traceIds.get(req)
+    if (traceId !== undefined) headers.push(`${TRACE_HEADER}: ${traceId}`)
+  })
 
   const transportOf = (ws: WebSocket, socket: Duplex): Transport => ({
     open: () => undefined,
@@ -113,11 +123,14 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   const serve = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(req.url ?? "/", "http://gateway")
+    // the request's trace id: its valid traceparent's, else the one its span starts
+    const parent = traceparentOf(req.headers)
     // whatever step the request is in when its socket goes (authorizing, upgrading, replaying), it ends there
     let closed: Effect.Effect<void> | undefined
     // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours
-    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
-      authorizeStream(req, url).pipe(
+    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(traced("EventsSocket.connect", parent, (id) => {
+      traceIds.set(req, id)
+      return authorizeStream(req, url).pipe(
         // another tenant's project (404) and a user or tenant over its stream limits (429 with Retry-After) are
         // refused before the upgrade, like SSE; a place in the limits is held from here, given back if the upgrade fails
         Effect.flatMap((request) =>
@@ -135,17 +148,17 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
             }))
         ),
         Effect.catchTags({
-          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, e.status, e._tag, e.message)),
-          ProjectNotFound: (e) => Effect.sync(() => refuseUpgrade(socket, 404, e._tag, e.message)),
+          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, id)(e.status, e._tag, e.message)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseUpgrade(socket, id)(404, e._tag, e.message)),
           TooManyConnections: (e) =>
-            Effect.sync(() => refuseUpgrade(socket, 429, e._tag, e.message, e.retryAfterSeconds)),
-          StorageUnavailable: (e) => Effect.sync(() => refuseUpgrade(socket, 503, e._tag, e.message))
+            Effect.sync(() => refuseUpgrade(socket, id)(429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseUpgrade(socket, id)(503, e._tag, e.message))
         }),
         Effect.catchAllCause((cause) =>
           Effect.logError("WebSocket stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => socket.destroy())))
         )
       )
-    )
+    }))
     fiber.addObserver(() => (fiber = undefined))
     socket.once("close", () => {
       if (closed !== undefined) run(closed)

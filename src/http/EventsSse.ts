@@ -7,17 +7,19 @@ import { Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
-import type { CursorProblem, EventLog, StreamEvent } from "../persistence/EventLog.js"
+import { type CursorProblem, type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
+import { newTraceId, traced } from "../tracing/TraceId.js"
 import { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { authorizeStream, EVENTS_PATH } from "./StreamAuth.js"
+import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
 /** The SSE frame of an event: built once per event, whatever the number of clients it goes to. */
 const frames = new WeakMap<StreamEvent, string>()
 export const sseFrame = (event: StreamEvent): string => {
   let frame = frames.get(event)
   if (frame === undefined) {
-    frame = `id: ${event.cursor}\nevent: task.status\ndata: ${JSON.stringify(event.payload)}\n\n`
+    frame = `id: ${event.cursor}\nevent: task.status\ndata: ${JSON.stringify(framePayload(event))}\n\n`
     frames.set(event, frame)
   }
   return frame
@@ -26,13 +28,18 @@ export const sseFrame = (event: StreamEvent): string => {
 const resetFrame = (problem: CursorProblem, cursor: string) =>
   `id: ${cursor}\nevent: reset\ndata: ${JSON.stringify({ reason: problem, cursor })}\n\n`
 
-/** An answer before the stream opened: a status and a JSON error, like the API's. */
-export const refuseHttp = (res: ServerResponse, status: number, tag: string, message: string, retryAfter?: number) => {
-  if (res.headersSent) return void res.destroy()
-  const headers: Record<string, string> = { "content-type": "application/json", "cache-control": "no-store" }
-  if (retryAfter !== undefined) headers["retry-after"] = String(retryAfter)
-  res.writeHead(status, headers).end(JSON.stringify({ _tag: tag, message }))
-}
+/** An answer before the stream opened: a status and a JSON error with the request's trace id, like the API's. */
+export const refuseHttp =
+  (res: ServerResponse, traceId: string) => (status: number, tag: string, message: string, retryAfter?: number) => {
+    if (res.headersSent) return void res.destroy()
+    const headers: Record<string, string> = {
+      "content-type": "application/json",
+      "cache-control": "no-store",
+      [TRACE_HEADER]: traceId
+    }
+    if (retryAfter !== undefined) headers["retry-after"] = String(retryAfter)
+    res.writeHead(status, headers).end(errorBody({ _tag: tag, message }, traceId))
+  }
 
 const SSE_HEADERS = {
   "content-type": "text/event-stream; charset=utf-8",
@@ -55,7 +62,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const open = new Set<ServerResponse>()
   const blocked = new WeakSet<ServerResponse>()
 
-  const transportOf = (res: ServerResponse): Transport => {
+  const transportOf = (res: ServerResponse, traceId: () => string): Transport => {
     const close = (reason: CloseReason) => {
       // a client that reads gets a clean end; one that does not is cut off (its unread data is lost: it resumes)
       if (reason === "overflow" || reason === "stalled") res.destroy()
@@ -63,7 +70,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     }
     return {
       open: () => {
-        res.writeHead(200, SSE_HEADERS)
+        res.writeHead(200, { ...SSE_HEADERS, [TRACE_HEADER]: traceId() })
         res.write(`retry: ${retryMs}\n\n`)
         open.add(res)
       },
@@ -91,17 +98,21 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   }
 
   const serve = (req: IncomingMessage, res: ServerResponse) => {
+    // the request's trace id: its valid traceparent's, else the one its span starts
+    const parent = traceparentOf(req.headers)
+    let traceId = parent?.traceId ?? newTraceId()
     if (req.method !== "GET") {
       res.setHeader("allow", "GET")
-      return refuseHttp(res, 405, "MethodNotAllowed", "use GET")
+      return refuseHttp(res, traceId)(405, "MethodNotAllowed", "use GET")
     }
     req.socket.setNoDelay(true)
     const url = new URL(req.url ?? "/", "http://gateway")
-    const transport = transportOf(res)
+    const transport = transportOf(res, () => traceId)
     let closed: Effect.Effect<void> | undefined
     // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours
-    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
-      authorizeStream(req, url).pipe(
+    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(traced("EventsSse.connect", parent, (id) => {
+      traceId = id
+      return authorizeStream(req, url).pipe(
         Effect.flatMap((request) => gateway.connect(request, transport)),
         Effect.tap((onClosed) =>
           Effect.sync(() => {
@@ -110,16 +121,18 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
           })
         ),
         Effect.catchTags({
-          StreamRefused: (e) => Effect.sync(() => refuseHttp(res, e.status, e._tag, e.message, e.retryAfterSeconds)),
-          ProjectNotFound: (e) => Effect.sync(() => refuseHttp(res, 404, e._tag, e.message)),
-          TooManyConnections: (e) => Effect.sync(() => refuseHttp(res, 429, e._tag, e.message, e.retryAfterSeconds)),
-          StorageUnavailable: (e) => Effect.sync(() => refuseHttp(res, 503, e._tag, e.message))
+          StreamRefused: (e) =>
+            Effect.sync(() => refuseHttp(res, id)(e.status, e._tag, e.message, e.retryAfterSeconds)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseHttp(res, id)(404, e._tag, e.message)),
+          TooManyConnections: (e) =>
+            Effect.sync(() => refuseHttp(res, id)(429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseHttp(res, id)(503, e._tag, e.message))
         }),
         Effect.catchAllCause((cause) =>
           Effect.logError("SSE stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => res.destroy())))
         )
       )
-    )
+    }))
     fiber.addObserver(() => (fiber = undefined))
     res.once("close", () => {
       open.delete(res)

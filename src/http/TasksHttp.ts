@@ -7,6 +7,7 @@ import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { definitionOf } from "../providers/providers.js"
 import { CommandRejected, ProjectNotFound, TaskNotFound, UnsupportedRequest } from "../schema/errors.js"
 import type { TaskSnapshot } from "../schema/task.js"
+import { currentTraceId } from "../tracing/TraceId.js"
 import { ControlPlaneApi } from "./Api.js"
 import { ApiSettings } from "./apiSettings.js"
 import { canSee, Principal } from "./Auth.js"
@@ -36,8 +37,6 @@ const reserveFor = (r: CreateTaskRequest): number =>
 /** The request's identity for Idempotency-Key replays: the decoded body with defaults, keys sorted. */
 const requestHash = (r: CreateTaskRequest): string =>
   createHash("sha256").update(JSON.stringify(r, Object.keys(r).sort())).digest("hex")
-
-const newTraceId = () => crypto.randomUUID().replaceAll("-", "")
 
 export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (handlers) =>
   Effect.gen(function*() {
@@ -70,7 +69,7 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
             (d) => Either.getLeft(d.check({ model: payload.model, durationSeconds: payload.duration_seconds }))
           )
           if (Option.isSome(refusal)) return yield* new UnsupportedRequest({ message: refusal.value })
-          const traceId = newTraceId()
+          const traceId = yield* currentTraceId
           const { created, task } = yield* admission.admit({
             tenantId: principal.tenantId,
             projectId: path.project,
@@ -112,7 +111,8 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
       .handle("cancel", ({ path }) =>
         Effect.gen(function*() {
           yield* owned(path.project, path.task)
-          const res = yield* tasks.send(path.task, (c) => c.Cancel({ traceId: newTraceId() }))
+          const traceId = yield* currentTraceId
+          const res = yield* tasks.send(path.task, (c) => c.Cancel({ traceId }))
           if (res.outcome === "ignored") {
             return yield* new CommandRejected({ message: `task is ${res.task.status}: it can no longer be canceled` })
           }

@@ -10,7 +10,9 @@
 import { Duration, Effect, Either, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { WEBHOOK_PREFIX, type WebhookAnswer, WebhookGateway, WebhookSettings } from "../intake/Webhooks.js"
+import { newTraceId, traced } from "../tracing/TraceId.js"
 import { RawRoutes } from "./RawRoutes.js"
+import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
 type BodyRead =
   | { readonly _tag: "Body"; readonly bytes: Uint8Array }
@@ -82,13 +84,16 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
     res: ServerResponse,
     a: WebhookAnswer,
     mode: "keep" | "close" | "linger",
-    deadline: number
+    deadline: number,
+    traceId: string
   ) => {
     if (res.headersSent || res.destroyed) return
-    const body = a.error === undefined ? "" : JSON.stringify({ error: a.error })
+    // a refusal names its trace id (a signature refusal only that: no detail for a forger)
+    const body = a.status < 400 ? "" : errorBody(a.error === undefined ? {} : { error: a.error }, traceId)
     res.writeHead(a.status, {
       "content-length": Buffer.byteLength(body),
       ...(body === "" ? {} : { "content-type": "application/json" }),
+      [TRACE_HEADER]: traceId,
       ...(mode === "keep" ? {} : { connection: "close" })
     })
     if (mode !== "linger" || req.complete) return void res.end(body)
@@ -111,18 +116,27 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
     req.resume()
   }
 
+  /**
+   * Each request is the work of one trace: its valid `traceparent`'s, else a new one. What is answered before any
+   * Effect runs (the path, the method, the media type) gets its id here; the rest runs in the request's span.
+   */
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     const deadline = Date.now() + timeoutMs
     const url = new URL(req.url ?? "/", "http://gateway")
     const headers = headersOf(req)
+    const parent = traceparentOf(req.headers)
     const admitted = gateway.admit(url.pathname, req.method ?? "GET", headers)
-    if (Either.isLeft(admitted)) return answer(req, res, admitted.left, "linger", deadline)
+    if (Either.isLeft(admitted)) {
+      return answer(req, res, admitted.left, "linger", deadline, parent?.traceId ?? newTraceId())
+    }
     const provider = admitted.right.provider
-    const tooLarge = () =>
-      void run(Effect.map(
-        gateway.refused(provider, 413, "too_large", "body too large"),
-        (a) => answer(req, res, a, "linger", deadline)
-      ))
+    const respond = (mode: "keep" | "close" | "linger", work: Effect.Effect<WebhookAnswer>) =>
+      void run(traced("Webhooks.receive", parent, (traceId) =>
+        work.pipe(
+          Effect.map((a) => answer(req, res, a, mode, deadline, traceId)),
+          Effect.annotateLogs({ provider })
+        )))
+    const tooLarge = () => respond("linger", gateway.refused(provider, 413, "too_large", "body too large"))
     if (Number(headers["content-length"] ?? "0") > maxBytes) return tooLarge()
     readBody(req, maxBytes, deadline, (read) => {
       switch (read._tag) {
@@ -132,20 +146,14 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
           return tooLarge()
         case "Timeout":
           // the client is slow or stalled: answered at the deadline, and the connection closed with it
-          return void run(Effect.map(
-            gateway.refused(provider, 408, "read_timeout", "body timeout"),
-            (a) => answer(req, res, a, "close", deadline)
-          ))
+          return respond("close", gateway.refused(provider, 408, "read_timeout", "body timeout"))
         case "Body":
-          return void run(
+          return respond(
+            "keep",
             gateway.handle(admitted.right, { headers, query: url.searchParams, body: read.bytes }).pipe(
               Effect.catchAllCause((cause) =>
-                Effect.as(
-                  Effect.logError("webhook failed", cause).pipe(Effect.annotateLogs({ provider })),
-                  { status: 500, error: "internal error" }
-                )
-              ),
-              Effect.map((a) => answer(req, res, a, "keep", deadline))
+                Effect.as(Effect.logError("webhook failed", cause), { status: 500, error: "internal error" })
+              )
             )
           )
       }

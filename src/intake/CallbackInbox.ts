@@ -19,6 +19,8 @@ export interface InboxEntry {
   readonly payloadHash: string
   /** The verified body, as received: stored as text, never re-serialised from a parsed value. */
   readonly body: string
+  /** The webhook request's trace id: the processor applies the callback under it. */
+  readonly traceId: string
 }
 
 /** Whether jsonb can hold this JSON exactly (it refuses \u0000 and unpaired surrogates). */
@@ -46,7 +48,8 @@ const toRecord = (e: InboxEntry) => ({
   signature_key_version: storableText(e.signatureKeyVersion),
   payload_hash: e.payloadHash,
   body: e.body,
-  as_jsonb: jsonbSafe(e.body)
+  as_jsonb: jsonbSafe(e.body),
+  trace_id: e.traceId
 })
 
 const batchFallbacks = Metric.counter("inbox_batch_fallbacks", {
@@ -70,14 +73,15 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
         sql<{ provider: string; dedup_key: string }>`
         WITH ins AS (
           INSERT INTO provider_callback_inbox (provider, dedup_key, provider_event_id, provider_task_id,
-            client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, body, payload)
+            client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, body, payload,
+            trace_id)
           SELECT r.provider, r.dedup_key, r.provider_event_id, r.provider_task_id, r.client_request_id,
             r.attempt_id, r.provider_occurred_at, r.signature_key_version, decode(r.payload_hash, 'hex'), r.body,
-            CASE WHEN r.as_jsonb THEN r.body::jsonb END
+            CASE WHEN r.as_jsonb THEN r.body::jsonb END, r.trace_id
           FROM jsonb_to_recordset(${JSON.stringify(entries.map(toRecord))}::jsonb) AS r(
             provider text, dedup_key text, provider_event_id text, provider_task_id text, client_request_id text,
             attempt_id uuid, provider_occurred_at timestamptz, signature_key_version text, payload_hash text,
-            body text, as_jsonb boolean)
+            body text, as_jsonb boolean, trace_id text)
           ON CONFLICT (provider, dedup_key) DO NOTHING
           RETURNING provider, dedup_key
         ), wake AS (

@@ -10,6 +10,7 @@ import { webhookProtocolOf } from "../providers/providers.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { trusted } from "../schema/task.js"
+import { resumedSpan, traced } from "../tracing/TraceId.js"
 import { CallbackInbox } from "./CallbackInbox.js"
 import { InboxSettings } from "./inboxSettings.js"
 
@@ -27,6 +28,7 @@ interface InboxRow {
   readonly body: string | null
   readonly payload: unknown
   readonly retry_count: number
+  readonly trace_id: string | null
 }
 
 /** Outcomes claimed by unsigned callbacks (Luma's), each confirmed by a provider query before it counts. */
@@ -78,7 +80,8 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
     ) due
     WHERE i.id = due.id
     RETURNING i.id, i.provider, i.dedup_key, i.provider_event_id, i.provider_task_id, i.client_request_id,
-      i.attempt_id, i.provider_occurred_at, i.received_at, i.payload_hash, i.body, i.payload, i.retry_count`
+      i.attempt_id, i.provider_occurred_at, i.received_at, i.payload_hash, i.body, i.payload, i.retry_count,
+      i.trace_id`
 
   const markProcessed = (id: number) =>
     sql`UPDATE provider_callback_inbox SET process_status = 'processed', processed_at = now(), next_retry_at = NULL,
@@ -109,7 +112,15 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
           ORDER BY (provider_task_id = ${report.providerTaskId}) DESC NULLS LAST
           LIMIT 1`
 
+  // applied under the webhook request's trace id (stored with the row): its task event and log lines name it
   const processRow = (row: InboxRow) =>
+    traced(
+      "InboxProcessor.process",
+      row.trace_id === null ? undefined : resumedSpan(row.trace_id),
+      (traceId) => processTraced(row, traceId)
+    )
+
+  const processTraced = (row: InboxRow, traceId: string) =>
     Effect.gen(function*() {
       const protocol = webhookProtocolOf(row.provider)
       if (protocol === undefined) return yield* markDead(row.id, "unknown_provider", row.provider)
@@ -168,7 +179,7 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         outputRefs: r.outputRefs,
         source: "webhook",
         payloadHash: row.payload_hash.toString("hex"),
-        traceId: `inbox-${row.id}`
+        traceId
       }, trusted)
       const taskId = attempt.task_id as TaskId
       const recheck = tasks.send(taskId, (c) =>

@@ -3,6 +3,7 @@ import * as S from "../config/Settings.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
 import type { WebhookRequest } from "../providers/ProviderDefinition.js"
 import { ProviderRegistry, type WebhookEndpoint } from "../providers/ProviderRegistry.js"
+import { currentTraceId } from "../tracing/TraceId.js"
 import { CallbackInbox } from "./CallbackInbox.js"
 import { jsonDepthExceeds } from "./jsonDepth.js"
 
@@ -134,7 +135,8 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
           providerOccurredAt: verified.right.timestamp ?? report.right.providerUpdatedAt,
           signatureKeyVersion: verified.right.keyVersion,
           payloadHash,
-          body: text
+          body: text,
+          traceId: yield* currentTraceId
         }).pipe(Effect.either)
         return Either.isLeft(stored) ? { status: 503, error: "unavailable" } : { status: 204 }
       })

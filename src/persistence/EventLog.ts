@@ -35,7 +35,16 @@ export interface StreamEvent {
   readonly cursor: string
   readonly type: string
   readonly payload: StreamPayload
+  /** The trace id of the work that made the change (absent from a bus message of an older runner). */
+  readonly traceId?: string
 }
+
+/**
+ * What a browser receives of an event (SSE `data:`, a WebSocket message's task fields and payload): the public
+ * payload and, added beside it, the trace id that an operator finds in the logs and task_events.
+ */
+export const framePayload = (event: StreamEvent): StreamPayload & { readonly trace_id?: string } =>
+  event.traceId === undefined ? event.payload : { ...event.payload, trace_id: event.traceId }
 
 /** Why a cursor cannot be served: the client must take a new snapshot (SSE `event: reset`). */
 export type CursorProblem = "foreign_epoch" | "expired" | "ahead_of_stream"
@@ -52,7 +61,13 @@ export const checkCursor = (head: StreamHead, cursor: EventCursor): CursorProble
 
 const decodePayload = Schema.decodeUnknownEither(StreamPayload)
 
-type EventRow = { cursor_seq: number; stream_epoch: number; event_type: string; public_payload: unknown }
+type EventRow = {
+  cursor_seq: number
+  stream_epoch: number
+  event_type: string
+  public_payload: unknown
+  trace_id: string | null
+}
 
 /** A row as a stream event; a row that is not even that (never written by this code) is logged and skipped. */
 const eventFromRow = (r: EventRow): Effect.Effect<StreamEvent | undefined> => {
@@ -68,7 +83,8 @@ const eventFromRow = (r: EventRow): Effect.Effect<StreamEvent | undefined> => {
     seq,
     cursor: new EventCursor({ epoch: Number(r.stream_epoch), seq }).toString(),
     type: r.event_type,
-    payload: payload.right
+    payload: payload.right,
+    ...(r.trace_id === null ? {} : { traceId: r.trace_id })
   })
 }
 
@@ -100,7 +116,7 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
     /** Up to `limit` stored rows after `afterSeq`, in cursor order, and the last sequence read. */
     const page = Effect.fn("EventLog.page")(function*(projectId: string, afterSeq: number, limit: number) {
       const rows = yield* sql<EventRow>`
-        SELECT cursor_seq, stream_epoch, event_type, public_payload FROM task_events
+        SELECT cursor_seq, stream_epoch, event_type, public_payload, trace_id FROM task_events
         WHERE project_id = ${projectId} AND cursor_seq > ${afterSeq}
         ORDER BY cursor_seq LIMIT ${limit}`
       const events = (yield* Effect.forEach(rows, eventFromRow)).filter((e): e is StreamEvent => e !== undefined)
@@ -129,7 +145,7 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
         const byProject = new Map<string, Array<StreamEvent>>()
         if (positions.length === 0) return byProject
         const rows = yield* sql<EventRow & { project_id: string }>`
-          SELECT e.project_id, e.cursor_seq, e.stream_epoch, e.event_type, e.public_payload
+          SELECT e.project_id, e.cursor_seq, e.stream_epoch, e.event_type, e.public_payload, e.trace_id
           FROM unnest(${positions.map((p) => p.projectId)}::uuid[], ${positions.map((p) => p.afterSeq)}::bigint[])
             AS f(project_id, after_seq)
           JOIN LATERAL (

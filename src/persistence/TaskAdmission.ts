@@ -7,6 +7,7 @@ import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schem
 import type { TaskSnapshot } from "../schema/task.js"
 import { storageUnavailable } from "./storageUnavailable.js"
 import { taskFromRow } from "./TaskStore.js"
+import { logStatusChange } from "./transitionLog.js"
 import { WriteFence } from "./WriteFence.js"
 
 const unavailable = storageUnavailable("task admission")
@@ -123,6 +124,9 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
       }
       return yield* insert(a).pipe(
         Effect.retry({ while: (e) => e._tag === "LostKeyRace", schedule: Schedule.recurs(2) }),
+        Effect.tap((r) =>
+          r.created ? logStatusChange(null, r.task, { source: "api", traceId: a.traceId }) : Effect.void
+        ),
         Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),
         Effect.catchTag("SqlError", unavailable)
       )

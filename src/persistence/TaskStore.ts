@@ -11,6 +11,7 @@ import type { ProviderObservation } from "../schema/observation.js"
 import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
 import { makeGroupCommit } from "./GroupCommit.js"
 import { storageUnavailable } from "./storageUnavailable.js"
+import { logStatusChange } from "./transitionLog.js"
 import { WriteFence } from "./WriteFence.js"
 
 const unavailable = storageUnavailable("task store")
@@ -200,6 +201,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         writeEpoch: token.epoch,
         lastCursor: new EventCursor({ epoch: row.stream_epoch, seq: row.seq }, trusted)
       }, trusted)
+      yield* logStatusChange(expected.status, task, { source: change.source, traceId: change.domainEvent.trace_id })
       return { _tag: "Committed", task, attempt: a } as CommitResult
     })
 

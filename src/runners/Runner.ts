@@ -24,6 +24,7 @@ import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
+import { traceIds } from "../http/TraceIds.js"
 import { WebhookRouteLive } from "../http/WebhookRoute.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { InboxProcessorLive } from "../intake/InboxProcessor.js"
@@ -116,7 +117,7 @@ const layerWebhooks = WebhookRouteLive.pipe(
 export const layerHttpApp = Layer.unwrapEffect(
   Effect.map(
     ApiSettings.config,
-    (api) => HttpApiBuilder.serve((app) => HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app)))
+    (api) => HttpApiBuilder.serve((app) => traceIds(HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app))))
   )
 ).pipe(
   Layer.provide(HttpApiSwagger.layer({ path: "/docs" })),

@@ -1,8 +1,9 @@
 import { NodeRuntime } from "@effect/platform-node"
 import { Effect, Layer } from "effect"
 import * as S from "../config/Settings.js"
+import { layerTracing } from "../tracing/Tracing.js"
 import { withEmbeddedSimulator } from "./EmbeddedSimulator.js"
-import { layerLogLevel } from "./Logging.js"
+import { layerLogging } from "./Logging.js"
 import { RunnerLive } from "./Runner.js"
 import { allAreas } from "./settings.js"
 import { checkListener } from "./startChecks.js"
@@ -21,13 +22,14 @@ const configInvalid = (line: string) =>
 S.validateAll(allAreas).pipe(
   Effect.zipRight(
     checkListener.pipe(
-      Effect.provide(layerLogLevel),
+      Effect.provide(layerLogging),
       Effect.mapError((e) => typeof e === "string" ? e : S.describe(e))
     )
   ),
   Effect.matchEffect({
     onFailure: configInvalid,
-    onSuccess: () => Layer.launch(withEmbeddedSimulator(RunnerLive)).pipe(Effect.provide(layerLogLevel))
+    onSuccess: () =>
+      Layer.launch(withEmbeddedSimulator(RunnerLive)).pipe(Effect.provide(layerTracing), Effect.provide(layerLogging))
   }),
   NodeRuntime.runMain
 )

@@ -23,6 +23,7 @@ import { QueueSettings } from "../queue/RocketMQQueue.js"
 import { QuotaSettings } from "../quota/ProviderQuota.js"
 import { RedisSettings } from "../redis/Redis.js"
 import { SimulatorSettings } from "../simulator/SimulatorSettings.js"
+import { TracingSettings } from "../tracing/Tracing.js"
 import { EmbeddedSimulatorSettings } from "./EmbeddedSimulator.js"
 import { LoggingSettings } from "./Logging.js"
 import { RunnerSettings } from "./RunnerConfig.js"
@@ -34,6 +35,7 @@ import { RunnerSettings } from "./RunnerConfig.js"
 export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   RunnerSettings,
   LoggingSettings,
+  TracingSettings,
   DatabaseSettings,
   WriteFenceSettings,
   TaskStoreSettings,

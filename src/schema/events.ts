@@ -56,6 +56,8 @@ export type DomainEvent = typeof DomainEvent.Type
 export const LiveTaskEvent = Schema.Struct({
   cursor: Schema.String,
   event_type: TaskEventType,
-  payload: PublicTaskPayload
+  payload: PublicTaskPayload,
+  // optional: a message published by a runner older than this field still decodes
+  trace_id: Schema.optional(Schema.String)
 })
 export type LiveTaskEvent = typeof LiveTaskEvent.Type

@@ -100,6 +100,16 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
           expectLifecycle(yield* statusHistory(t.taskId))
         }
         expectBalanced(yield* ledgers(ids), expect)
+        // each lifecycle step (a submit, a poll round, an output fetch) is a trace of its own: a submit commits
+        // twice (submitting, submitted) under one, a poll round once
+        const sql = yield* SqlClient.SqlClient
+        const traces = yield* sql<{ source: string; trace_id: string }>`
+          SELECT source, trace_id FROM task_events WHERE task_id IN ${sql.in(ids)} AND source IN ('poll', 'system')`
+        for (const t of traces) expect(t.trace_id).toMatch(/^[0-9a-f]{32}$/)
+        const polls = traces.filter((t) => t.source === "poll").map((t) => t.trace_id)
+        expect(polls.length).toBeGreaterThanOrEqual(ids.length)
+        expect(new Set(polls).size).toBe(polls.length)
+        expect(new Set(traces.map((t) => t.trace_id)).size).toBeGreaterThan(2 * ids.length)
       }))
 
     it.effect("accepted, then the submit response is lost: resolved by lookup, never submitted twice", () =>

@@ -110,7 +110,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
         expect(got.every((e) => seqOf(e.id) > start.seq + 4)).toBe(true)
         for (const e of got) {
           expect(Object.keys(e).sort()).toEqual(
-            ["asset_id", "error_code", "id", "progress", "stage", "status", "task_id", "task_version"]
+            ["asset_id", "error_code", "id", "progress", "stage", "status", "task_id", "task_version", "trace_id"]
           )
         }
         expect(client.body()).not.toMatch(/https?:|provider_task|secret|token|tenant|attempt/)

@@ -105,7 +105,8 @@ describe.skipIf(noDatabase)("hostile webhook bodies fail alone, and every signed
           providerOccurredAt: null,
           signatureKeyVersion: "current",
           payloadHash: "00",
-          body: "{}"
+          body: "{}",
+          traceId: "test"
         })
         // a value whose serialisation throws, as a stack overflow in JSON.stringify did
         const poison = {

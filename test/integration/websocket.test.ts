@@ -119,7 +119,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
           expect(m.type).toBe("task.status")
           expect(m.event_id).toMatch(/^\d+-\d+$/)
           expect(Object.keys(m.payload as object).sort()).toEqual(
-            ["asset_id", "error_code", "progress", "stage", "status"]
+            ["asset_id", "error_code", "progress", "stage", "status", "trace_id"]
           )
           expect(m.payload).toMatchObject({ status: "running", stage: "generating", asset_id: null, error_code: null })
         }
@@ -140,7 +140,15 @@ describe.skipIf(noDatabase || redisUrl === undefined)("WebSocket events on Postg
           event_id: `${head.epoch}-${head.seq + 1}`,
           task_id: tasks[0],
           task_version: 2 + 1 + 6 + 25 + 1,
-          payload: { status: "provider_succeeded", stage: "generated", progress: 100, asset_id: null, error_code: null }
+          payload: {
+            status: "provider_succeeded",
+            stage: "generated",
+            progress: 100,
+            asset_id: null,
+            error_code: null,
+            // the trace id the change was committed under (commitChange's)
+            trace_id: "trace"
+          }
         })
         expect(client.closed()).toBeUndefined()
         yield* closeWs(client)
