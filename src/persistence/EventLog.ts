@@ -35,6 +35,8 @@ export interface StreamEvent {
   readonly cursor: string
   readonly type: string
   readonly payload: StreamPayload
+  /** epoch ms of the change, when it came over the bus (live): the start of the commit → delivery latency */
+  readonly committedAt?: number
 }
 
 /** Why a cursor cannot be served: the client must take a new snapshot (SSE `event: reset`). */

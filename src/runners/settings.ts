@@ -8,6 +8,7 @@ import { ApiSettings } from "../http/apiSettings.js"
 import { AuthSettings } from "../http/Auth.js"
 import { InboxSettings } from "../intake/inboxSettings.js"
 import { WebhookSettings } from "../intake/Webhooks.js"
+import { MetricsSettings } from "../observability/metricsSettings.js"
 import { OutputSettings } from "../output/outputSettings.js"
 import { DatabaseSettings } from "../persistence/Database.js"
 import { EventRetentionSettings } from "../persistence/EventRetention.js"
@@ -33,6 +34,7 @@ import { RunnerSettings } from "./RunnerConfig.js"
 export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   RunnerSettings,
   LoggingSettings,
+  MetricsSettings,
   DatabaseSettings,
   WriteFenceSettings,
   TaskStoreSettings,

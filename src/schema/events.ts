@@ -56,6 +56,8 @@ export type DomainEvent = typeof DomainEvent.Type
 export const LiveTaskEvent = Schema.Struct({
   cursor: Schema.String,
   event_type: TaskEventType,
-  payload: PublicTaskPayload
+  payload: PublicTaskPayload,
+  /** when the change was made (its domain event's occurred_at): for the commit → delivery latency, never sent on */
+  committed_at: Schema.optional(Schema.String)
 })
 export type LiveTaskEvent = typeof LiveTaskEvent.Type
