@@ -151,6 +151,10 @@ const startPrometheus = Effect.acquireRelease(
   (proc) => stop(proc, "prometheus")
 )
 
+/** A request that names its URL when it fails (a runner that died shows as "connection refused" otherwise). */
+const http = (url: string, init?: RequestInit) =>
+  Effect.tryPromise({ try: () => fetch(url, init), catch: (e) => new Error(`${url}: ${String(e)}`) }).pipe(Effect.orDie)
+
 /** One instant query: the value of its first sample (NaN when the result is empty). */
 const query = (promql: string) =>
   Effect.promise(async () => {
@@ -220,14 +224,20 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
         const sql = yield* SqlClient.SqlClient
         // duplicated callbacks and some 429s from the query API, on jobs short enough for a test
         yield* simulator.setFaults({ jobDurationMs: 1500, duplicateWebhooks: 0.5, rate429: 0.3, retryAfterSeconds: 0 })
-        yield* Effect.all([startRunner(url, httpA, runnerA), startRunner(url, httpB, runnerB)], { concurrency: 2 })
+        const runners = yield* Effect.all([startRunner(url, httpA, runnerA), startRunner(url, httpB, runnerB)], {
+          concurrency: 2
+        })
+        // a runner that dies mid-test says why (its requests would only show "connection refused")
+        for (const [name, proc] of [["A", runners[0]], ["B", runners[1]]] as const) {
+          void proc.exited.then((code) =>
+            code !== null && code !== 0 && console.error(`runner ${name} exited ${code}:\n${proc.output()}`)
+          )
+        }
 
         // the route: the token is required, and what it serves is valid exposition (promtool, when installed)
-        const refused = yield* Effect.promise(() => fetch(`${platformA}/metrics`))
+        const refused = yield* http(`${platformA}/metrics`)
         expect(refused.status).toBe(401)
-        const scraped = yield* Effect.promise(() =>
-          fetch(`${platformA}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })
-        )
+        const scraped = yield* http(`${platformA}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })
         expect(scraped.status).toBe(200)
         expect(scraped.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8")
         const text = yield* Effect.promise(() => scraped.text())
@@ -243,7 +253,7 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
           (s) => s.sign({ tenant_id: uuid() as TenantId, sub: uuid() as UserId, projects: "*" })
         ).pipe(Effect.provide(TokenSigner.Default.pipe(Layer.provide(withSettings({ AUTH_SECRET: SECRET })))))
         const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
-        const made = yield* Effect.promise(() => fetch(`${platformA}/v1/projects`, { method: "POST", headers }))
+        const made = yield* http(`${platformA}/v1/projects`, { method: "POST", headers })
         expect(made.status).toBe(201)
         const project = ((yield* Effect.promise(() => made.json())) as { project_id: string }).project_id
 
@@ -252,20 +262,20 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
         expect(browser.status).toBe(200)
 
         const create = (port: number, provider: "openai" | "runway") =>
-          Effect.promise(async () => {
-            const res = await fetch(`http://127.0.0.1:${port}/v1/projects/${project}/tasks`, {
-              method: "POST",
-              headers: { ...headers, "idempotency-key": uuid() },
-              body: JSON.stringify({
-                provider,
-                model: definitionOf(provider)!.exampleModel,
-                prompt: "a lighthouse at dusk",
-                duration_seconds: 4
-              })
+          http(`http://127.0.0.1:${port}/v1/projects/${project}/tasks`, {
+            method: "POST",
+            headers: { ...headers, "idempotency-key": uuid() },
+            body: JSON.stringify({
+              provider,
+              model: definitionOf(provider)!.exampleModel,
+              prompt: "a lighthouse at dusk",
+              duration_seconds: 4
             })
-            expect(res.status).toBe(201)
-            return ((await res.json()) as { task_id: string }).task_id
-          })
+          }).pipe(
+            Effect.tap((res) => expect(res.status).toBe(201)),
+            Effect.flatMap((res) => Effect.promise(() => res.json() as Promise<{ task_id: string }>)),
+            Effect.map((body) => body.task_id)
+          )
         // OpenAI reports by callback (to runner A), Runway only by polls; created on both runners
         const tasks = yield* Effect.all([
           create(httpA, "openai"),
@@ -287,21 +297,17 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
         // a forged callback, and a genuine one about a job no attempt knows (an orphan, flagged at once)
         const signed = openAISigner(devSecret("openai"))
         const orphan = openaiEvent(`video_${uuid()}`)
-        const forged = yield* Effect.promise(() =>
-          fetch(`${platformA}/webhooks/openai`, {
-            method: "POST",
-            headers: { "content-type": "application/json", ...signed(orphan, { secret: devSecret("replicate") }) },
-            body: orphan
-          })
-        )
+        const forged = yield* http(`${platformA}/webhooks/openai`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...signed(orphan, { secret: devSecret("replicate") }) },
+          body: orphan
+        })
         expect(forged.status).toBe(401)
-        const genuine = yield* Effect.promise(() =>
-          fetch(`${platformA}/webhooks/openai`, {
-            method: "POST",
-            headers: { "content-type": "application/json", ...signed(orphan) },
-            body: orphan
-          })
-        )
+        const genuine = yield* http(`${platformA}/webhooks/openai`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...signed(orphan) },
+          body: orphan
+        })
         expect(genuine.status).toBe(204)
 
         // a submission whose answer never comes: SUBMIT_UNKNOWN, and Runway has no lookup here
