@@ -196,12 +196,8 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
 
     return NotificationBus.of({
       publish: Effect.fn("NotificationBus.publish")(function*(projectId: string, payload: string) {
-        const [took, sent] = yield* attempt(
-          "publish",
-          () => publisher.publish(channelOf(projectId), payload),
-          PUBLISH_TIMEOUT
-        )
-          .pipe(Effect.either, Effect.timed)
+        const publish = attempt("publish", () => publisher.publish(channelOf(projectId), payload), PUBLISH_TIMEOUT)
+        const [took, sent] = yield* Effect.timed(Effect.either(publish))
         yield* Metric.update(published[sent._tag === "Right" ? "ok" : "failed"], Duration.toSeconds(took))
         if (sent._tag === "Left") return yield* sent.left
       }),
