@@ -48,8 +48,8 @@ export const formatValue = (n: number | bigint): string =>
 
 type Labels = ReadonlyArray<readonly [string, string]>
 
-const labelSet = (labels: Labels): string =>
-  labels.length === 0 ? "" : `{${labels.map(([k, v]) => `${labelName(k)}="${escapeLabel(v)}"`).join(",")}}`
+const labelPairs = (labels: Labels): string => labels.map(([k, v]) => `${labelName(k)}="${escapeLabel(v)}"`).join(",")
+const labelSet = (labels: Labels): string => (labels.length === 0 ? "" : `{${labelPairs(labels)}}`)
 
 interface Family {
   readonly name: string
@@ -77,8 +77,12 @@ const familyName = (name: string, kind: Kind) => {
 
 /** The samples of one series (one metric key: a name and its tags). */
 const samples = (name: string, labels: Labels, state: unknown): Array<string> => {
-  const line = (suffix: string, extra: Labels, value: number | bigint) =>
-    `${name}${suffix}${labelSet([...labels, ...extra])} ${formatValue(value)}`
+  // the series' own labels are escaped once, whatever the number of its samples (a histogram has one per bucket)
+  const base = labelPairs(labels)
+  const line = (suffix: string, extra: Labels, value: number | bigint) => {
+    const all = extra.length === 0 ? base : base === "" ? labelPairs(extra) : `${base},${labelPairs(extra)}`
+    return `${name}${suffix}${all === "" ? "" : `{${all}}`} ${formatValue(value)}`
+  }
   if (MetricState.isCounterState(state)) return [line("", [], state.count)]
   if (MetricState.isGaugeState(state)) return [line("", [], state.value)]
   if (MetricState.isFrequencyState(state)) {
