@@ -1,6 +1,7 @@
-import { Context, Duration, Effect, Layer, Option, Queue, Schema, type Scope } from "effect"
+import { Context, Duration, Effect, Layer, Metric, Option, Queue, Schema, type Scope } from "effect"
 import type { Redis as IORedis } from "ioredis"
 import * as S from "../config/Settings.js"
+import { busPublishSeconds } from "../observability/metrics.js"
 import { duplicate, Redis } from "../redis/Redis.js"
 
 export class BusUnavailable extends Schema.TaggedError<BusUnavailable>()("BusUnavailable", {
@@ -143,6 +144,10 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
     const hub = makeHub(yield* bufferSize)
     const connection = yield* duplicate(publisher, { autoResubscribe: false })
     const channelOf = (projectId: string) => `${keyPrefix}project:${projectId}`
+    const published = {
+      ok: Metric.tagged(busPublishSeconds, "outcome", "ok"),
+      failed: Metric.tagged(busPublishSeconds, "outcome", "failed")
+    }
     // the SUBSCRIBE that made each channel live on the current connection: later subscribers wait for it too
     const live = new Map<string, Promise<unknown>>()
     const subscribe = (channels: Array<string>) => {
@@ -191,7 +196,10 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
 
     return NotificationBus.of({
       publish: Effect.fn("NotificationBus.publish")(function*(projectId: string, payload: string) {
-        yield* attempt("publish", () => publisher.publish(channelOf(projectId), payload), PUBLISH_TIMEOUT)
+        const publish = attempt("publish", () => publisher.publish(channelOf(projectId), payload), PUBLISH_TIMEOUT)
+        const [took, sent] = yield* Effect.timed(Effect.either(publish))
+        yield* Metric.update(published[sent._tag === "Right" ? "ok" : "failed"], Duration.toSeconds(took))
+        if (sent._tag === "Left") return yield* sent.left
       }),
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
         const channel = channelOf(projectId)

@@ -52,6 +52,7 @@ export const domainEventOf = (
 export const liveEventOf = (e: DomainEvent): LiveTaskEvent => ({
   cursor: e.cursor.toString(),
   event_type: e.event_type,
+  committed_at: e.occurred_at,
   payload: publicPayloadOf({
     id: e.aggregate_id,
     version: e.aggregate_version,

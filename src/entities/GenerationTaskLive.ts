@@ -9,6 +9,7 @@ import type { ProviderObservation } from "../schema/observation.js"
 import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { newTraceId } from "../tracing/TraceId.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
+import { countObservation } from "./observationMetrics.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { TaskLifecycle } from "./TaskLifecycle.js"
 
@@ -78,6 +79,7 @@ export const GenerationTaskLive = GenerationTask.toLayer(
     const observe = (observation: ProviderObservation) =>
       Effect.gen(function*() {
         const res = yield* apply((s, now) => transition(s.task, s.attempt, observation, now))
+        yield* countObservation(observation, res)
         if (res.outcome === "conflict") {
           yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
           yield* Effect.logWarning("contradictory provider observation sent to reconciliation")

@@ -1,7 +1,8 @@
-import { Clock, Duration, Effect, Either, Option } from "effect"
+import { Clock, Duration, Effect, Either, Metric, Option } from "effect"
 import { providerLostJob } from "../domain/lifecycleSteps.js"
 import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "../domain/pollPolicy.js"
 import type { TaskState } from "../domain/taskState.js"
+import { providerPolls } from "../observability/metrics.js"
 import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import type { ProviderCallFailed } from "../providers/errors.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
@@ -98,6 +99,8 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       }
       const client = yield* clients.get(attempt.provider)
       const answer = yield* client.query(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
+      const polled = Metric.tagged(providerPolls, "provider", attempt.provider)
+      yield* Metric.increment(Metric.tagged(polled, "outcome", Either.isRight(answer) ? "ok" : answer.left.kind))
       now = yield* Clock.currentTimeMillis
       if (Either.isRight(answer)) {
         const res = yield* h.observe(pollObservation(attempt, answer.right, new Date(now), h.traceId))

@@ -3,7 +3,8 @@
  * plain `Connection` object fed synchronously by its project feed. A Scope and a fiber per connection kept the
  * opening fiber's state for the stream's life: dropping them took an idle stream from 20.6 to 10.2 KiB of heap.
  */
-import { Effect, Exit, Option, Stream } from "effect"
+import { Effect, Exit, Metric, Option, Stream } from "effect"
+import { bufferDepth, slowClientCuts, streamResets } from "../observability/metrics.js"
 import {
   checkCursor,
   type CursorProblem,
@@ -20,6 +21,13 @@ import { type FeedListener, ProjectFeeds } from "./ProjectFeeds.js"
 import { StreamSettings } from "./streamSettings.js"
 
 export type CloseReason = "overflow" | "stalled" | "stream_lost" | "shutdown"
+
+// the metrics a connection touches from plain code, tagged once
+const cuts = {
+  overflow: Metric.tagged(slowClientCuts, "reason", "overflow"),
+  stalled: Metric.tagged(slowClientCuts, "reason", "stalled")
+}
+const resetCount = (problem: CursorProblem) => Metric.tagged(streamResets, "reason", problem).unsafeUpdate(1, [])
 
 /** How a gateway writes to one client: SSE or WebSocket. Writes never block; `false` means "backed up". */
 export interface Transport {
@@ -78,7 +86,8 @@ class Connection implements FeedListener {
     // feed before going live); only the last catch-up holds them, if the replay could not catch up alone
     if (!this.live && !this.holding) return
     if (!this.live || this.blocked || this.buffer.size > 0) {
-      if (!this.buffer.offer(event)) this.close("overflow")
+      if (!this.buffer.offer(event)) return this.close("overflow")
+      bufferDepth.unsafeUpdate(this.buffer.size, [])
       return
     }
     if (!this.write(event)) this.block()
@@ -125,7 +134,10 @@ class Connection implements FeedListener {
   close(reason: CloseReason): void {
     if (this.closed) return
     this.closed = true
-    if (reason === "overflow" || reason === "stalled") this.onOverflow()
+    if (reason === "overflow" || reason === "stalled") {
+      cuts[reason].unsafeUpdate(1, [])
+      this.onOverflow()
+    }
     this.transport.close(reason)
   }
 }
@@ -226,6 +238,7 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
         const problem = request.after === undefined ? null : checkCursor(current, request.after)
         if (problem !== null) {
           stats.resets++
+          resetCount(problem)
           transport.reset(problem, headCursor)
         }
         conn.lastSeq = request.after === undefined || problem !== null ? current.lastSeq : request.after.seq
@@ -237,6 +250,7 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
           Effect.catchAll(() =>
             Effect.sync(() => {
               stats.resets++
+              resetCount("expired")
               const at = followed.current()
               transport.reset("expired", new EventCursor({ epoch: current.epoch, seq: at }).toString())
               conn.lastSeq = at

@@ -2,8 +2,9 @@
  * Where Effect stops: a feed's two loops (bus messages, holes filled from PostgreSQL) are Effect fibers, one pair per
  * project on this runner; what they hand to connections is plain synchronous calls, so a connection costs no fiber.
  */
-import { Duration, Effect, Either, Exit, Queue, Runtime, Schema, Scope, Stream } from "effect"
+import { Duration, Effect, Either, Exit, Metric, Queue, Runtime, Schema, Scope, Stream } from "effect"
 import { NotificationBus } from "../bus/NotificationBus.js"
+import { feedRereads } from "../observability/metrics.js"
 import { EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import { EventCursorFromString } from "../schema/cursor.js"
 import { LiveTaskEvent } from "../schema/events.js"
@@ -25,6 +26,7 @@ const eventOfMessage = (payload: string): { epoch: number; event: StreamEvent } 
   if (Either.isLeft(live)) return undefined
   const cursor = decodeCursor(live.right.cursor)
   if (Either.isLeft(cursor)) return undefined
+  const committedAt = live.right.committed_at === undefined ? NaN : Date.parse(live.right.committed_at)
   return {
     epoch: cursor.right.epoch,
     event: {
@@ -32,12 +34,20 @@ const eventOfMessage = (payload: string): { epoch: number; event: StreamEvent } 
       cursor: live.right.cursor,
       type: live.right.event_type,
       payload: live.right.payload,
-      ...(live.right.trace_id === undefined ? {} : { traceId: live.right.trace_id })
+      ...(live.right.trace_id === undefined ? {} : { traceId: live.right.trace_id }),
+      ...(Number.isFinite(committedAt) ? { committedAt } : {})
     }
   }
 }
 
 const MAX_PENDING = 10_000
+
+/** Why a feed read PostgreSQL for events the bus did not bring (seed 12.11.6: gap re-reads). */
+const rereads = {
+  busGap: Metric.tagged(feedRereads, "cause", "bus_gap"),
+  hole: Metric.tagged(feedRereads, "cause", "hole"),
+  tail: Metric.tagged(feedRereads, "cause", "tail")
+}
 
 type Command =
   | { readonly _tag: "Message"; readonly payload: string }
@@ -90,6 +100,7 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
         if (feed.holeTimer === undefined) {
           feed.holeTimer = setTimeout(() => {
             feed.holeTimer = undefined
+            rereads.hole.unsafeUpdate(1, [])
             Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
           }, holeWaitMs)
         }
@@ -163,7 +174,12 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
             effect.pipe(Effect.catchAllCause((cause) => Effect.logError("feed: step failed", cause)))
           const loops = Effect.all([
             Effect.forever(
-              Effect.flatMap(Queue.take(live), (e) => guard(handle(feed)(e._tag === "Gap" ? { _tag: "Fill" } : e)))
+              Effect.flatMap(Queue.take(live), (e) =>
+                guard(
+                  e._tag === "Gap"
+                    ? Effect.zipRight(Metric.increment(rereads.busGap), handle(feed)({ _tag: "Fill" }))
+                    : handle(feed)(e)
+                ))
             ),
             Effect.forever(Effect.flatMap(Queue.take(feed.commands), (c) => guard(handle(feed)(c))))
           ], { concurrency: 2, discard: true })
@@ -245,7 +261,9 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
       )
       for (const feed of lagging) {
         const events = missing.get(feed.projectId)
-        if (events !== undefined) Queue.unsafeOffer(feed.commands, { _tag: "Events", events })
+        if (events === undefined) continue
+        yield* Metric.increment(rereads.tail)
+        Queue.unsafeOffer(feed.commands, { _tag: "Events", events })
       }
     }).pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("feed tail failed", cause)),

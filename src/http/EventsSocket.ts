@@ -7,6 +7,7 @@ import { Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage } from "node:http"
 import type { Duplex } from "node:stream"
 import { type WebSocket, WebSocketServer } from "ws"
+import { transportMetrics } from "../gateway/deliveryMetrics.js"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
 import { type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
@@ -71,11 +72,13 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
     const traceId = traceIds.get(req)
     if (traceId !== undefined) headers.push(`${TRACE_HEADER}: ${traceId}`)
   })
+  const metrics = transportMetrics("ws")
 
   const transportOf = (ws: WebSocket, socket: Duplex): Transport => ({
     open: () => undefined,
     send: (event) => {
       ws.send(socketFrame(event))
+      metrics.delivered(event)
       return ws.bufferedAmount < sendBuffer
     },
     reset: (problem, cursor) => {
@@ -113,12 +116,13 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   const watch = (ws: WebSocket) => {
     alive.set(ws, true)
+    metrics.opened()
     ws.on("pong", () => alive.set(ws, true))
     ws.on("message", () => undefined) // nothing to act on; oversized frames are refused by the limit
     // a protocol violation (oversized frame, bad UTF-8): ws has closed it with 1009/1007; an "error" event
     // without a listener would throw and take the whole runner down
     ws.on("error", (e) => run(Effect.logWarning("WebSocket client broke the protocol", e.message)))
-    ws.once("close", () => alive.delete(ws))
+    ws.once("close", () => alive.delete(ws) && metrics.closed())
   }
 
   const serve = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -171,6 +175,7 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   yield* Effect.sync(() => {
     for (const [ws, answered] of alive) {
       if (!answered) {
+        metrics.heartbeatFailed()
         ws.terminate()
         continue
       }

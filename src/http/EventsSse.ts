@@ -5,6 +5,7 @@
  */
 import { Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
+import { transportMetrics } from "../gateway/deliveryMetrics.js"
 import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
 import { type CursorProblem, type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
@@ -61,6 +62,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
   const open = new Set<ServerResponse>()
   const blocked = new WeakSet<ServerResponse>()
+  const metrics = transportMetrics("sse")
 
   const transportOf = (res: ServerResponse, traceId: () => string): Transport => {
     const close = (reason: CloseReason) => {
@@ -73,8 +75,13 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
         res.writeHead(200, { ...SSE_HEADERS, [TRACE_HEADER]: traceId() })
         res.write(`retry: ${retryMs}\n\n`)
         open.add(res)
+        metrics.opened()
       },
-      send: (event) => res.write(sseFrame(event)),
+      send: (event) => {
+        const written = res.write(sseFrame(event))
+        metrics.delivered(event)
+        return written
+      },
       reset: (problem, cursor) => res.write(resetFrame(problem, cursor)),
       whenDrained: (f, stalled) => {
         blocked.add(res)
@@ -135,7 +142,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     }))
     fiber.addObserver(() => (fiber = undefined))
     res.once("close", () => {
-      open.delete(res)
+      if (open.delete(res)) metrics.closed()
       if (closed !== undefined) run(closed)
       else fiber?.unsafeInterruptAsFork(fiber.id())
     })
@@ -146,7 +153,8 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   // one timer for every client: a comment line keeps proxies from timing the stream out and finds dead peers
   yield* Effect.sync(() => {
     const ping = `: ping ${Math.floor(Date.now() / 1000)}\n\n`
-    for (const res of open) if (!blocked.has(res)) res.write(ping)
+    // a client backed up (or whose socket is full now) missed its heartbeat: the write deadline decides its fate
+    for (const res of open) if (blocked.has(res) || !res.write(ping)) metrics.heartbeatFailed()
   }).pipe(Effect.zipRight(Effect.sleep(heartbeat)), Effect.forever, Effect.forkScoped)
 
   // shutting down: end every stream so that its client reconnects (to another runner) and resumes by cursor

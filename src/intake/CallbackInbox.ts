@@ -111,6 +111,7 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
 
     const { writeParallelism } = yield* Effect.orDie(InboxSettings.config)
     const enqueue = yield* makeGroupCommit({
+      name: "inbox",
       parallelism: writeParallelism,
       maxBatch: 128,
       run: (entries: ReadonlyArray<InboxEntry>): Effect.Effect<ReadonlyArray<Written>> =>

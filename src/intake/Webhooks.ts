@@ -1,5 +1,11 @@
-import { Effect, Either, Metric, Option } from "effect"
+import { Clock, Effect, Either, Metric, Option } from "effect"
 import * as S from "../config/Settings.js"
+import {
+  callbackLagSeconds,
+  webhookCallbacks,
+  webhookPersistSeconds,
+  webhookVerifyFailures
+} from "../observability/metrics.js"
 import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
 import type { WebhookRequest } from "../providers/ProviderDefinition.js"
 import { ProviderRegistry, type WebhookEndpoint } from "../providers/ProviderRegistry.js"
@@ -38,7 +44,22 @@ export interface Admitted {
 export const WEBHOOK_PREFIX = "/webhooks/"
 const WEBHOOK_PATH = /^\/webhooks\/([a-z][a-z0-9_-]{0,31})\/?$/
 
-const refusals = Metric.counter("webhook_refusals", { description: "provider callbacks refused, by status" })
+const refusals = Metric.counter("webhook_refusals", {
+  description: "provider callbacks refused, by status and provider"
+})
+
+/** A callback is in the inbox: how long that took, whether it was new, and how late it came (seed 19.7.8). */
+const recordPersisted = (provider: string, outcome: "stored" | "duplicate", started: number, occurredAt: Date | null) =>
+  Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    yield* Metric.update(Metric.tagged(webhookPersistSeconds, "provider", provider), (now - started) / 1000)
+    yield* Metric.increment(Metric.tagged(Metric.tagged(webhookCallbacks, "provider", provider), "outcome", outcome))
+    // a duplicate's lag is the provider's retry schedule, not ours; a clock ahead of ours counts as no lag
+    if (outcome === "stored" && occurredAt !== null) {
+      const lag = Math.max(0, now - occurredAt.getTime()) / 1000
+      yield* Metric.update(Metric.tagged(callbackLagSeconds, "provider", provider), lag)
+    }
+  })
 
 /**
  * POST /webhooks/{provider}: verify the raw bytes, persist to the inbox, answer. Fast and dumb: no provider
@@ -58,7 +79,9 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
     const refused = (provider: string, status: number, reason: string, error?: string) =>
       Effect.logWarning("webhook refused").pipe(
         Effect.annotateLogs({ provider, status, reason }),
-        Effect.zipRight(Metric.increment(Metric.tagged(refusals, "status", String(status)))),
+        Effect.zipRight(
+          Metric.increment(Metric.tagged(Metric.tagged(refusals, "status", String(status)), "provider", provider))
+        ),
         Effect.as<WebhookAnswer>(error === undefined ? { status } : { status, error })
       )
 
@@ -82,9 +105,13 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
     /** The body is in: verify, decode, store. */
     const handle = ({ endpoint, provider }: Admitted, request: WebhookRequest): Effect.Effect<WebhookAnswer> =>
       Effect.gen(function*() {
+        const started = yield* Clock.currentTimeMillis
         const verified = yield* endpoint.verify(request)
         if (Either.isLeft(verified)) {
           const reason = verified.left
+          yield* Metric.increment(
+            Metric.tagged(Metric.tagged(webhookVerifyFailures, "provider", provider), "reason", reason)
+          )
           return yield* reason === "expired"
             ? refused(provider, 410, reason, "this callback URL is no longer in use")
             : reason === "keys_unavailable"
@@ -138,7 +165,14 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
           body: text,
           traceId: yield* currentTraceId
         }).pipe(Effect.either)
-        return Either.isLeft(stored) ? { status: 503, error: "unavailable" } : { status: 204 }
+        if (Either.isLeft(stored)) return { status: 503, error: "unavailable" }
+        yield* recordPersisted(
+          provider,
+          stored.right,
+          started,
+          verified.right.timestamp ?? report.right.providerUpdatedAt
+        )
+        return { status: 204 }
       })
 
     return { admit, handle, refused } as const

@@ -19,6 +19,7 @@ import propagation from "../../migrations/0007_propagation.js"
 import eventStreams from "../../migrations/0008_event_streams.js"
 import projectOwners from "../../migrations/0009_project_owners.js"
 import inboxTrace from "../../migrations/0010_inbox_trace.js"
+import inboxDeadIndex from "../../migrations/0011_inbox_dead_index.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
 
@@ -42,7 +43,8 @@ const runMigrations = Migrator.make({})({
     "0007_propagation": propagation,
     "0008_event_streams": eventStreams,
     "0009_project_owners": projectOwners,
-    "0010_inbox_trace": inboxTrace
+    "0010_inbox_trace": inboxTrace,
+    "0011_inbox_dead_index": inboxDeadIndex
   }),
   table: "app_migrations"
 })

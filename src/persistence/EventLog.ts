@@ -37,6 +37,8 @@ export interface StreamEvent {
   readonly payload: StreamPayload
   /** The trace id of the work that made the change (absent from a bus message of an older runner). */
   readonly traceId?: string
+  /** epoch ms of the change, when it came over the bus (live): the start of the commit → delivery latency */
+  readonly committedAt?: number
 }
 
 /**

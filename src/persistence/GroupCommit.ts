@@ -1,4 +1,5 @@
-import { Cause, Deferred, Effect, Exit, Queue } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Metric, Queue } from "effect"
+import { groupCommitBatchSize, groupCommitSeconds } from "../observability/metrics.js"
 
 /**
  * Natural batching for a write path: callers enqueue and wait; `parallelism` workers each take whatever is
@@ -10,6 +11,8 @@ import { Cause, Deferred, Effect, Exit, Queue } from "effect"
  * workers carry on. On shutdown, entries still queued fail with an interruption.
  */
 export const makeGroupCommit = <I, O, E>(options: {
+  /** The writer's name in the batch size and commit time metrics (label `writer`). */
+  readonly name: string
   readonly parallelism: number
   readonly maxBatch: number
   /** Runs one batch; returns one result per item, in order. */
@@ -25,11 +28,21 @@ export const makeGroupCommit = <I, O, E>(options: {
           Queue.shutdown(q)
         )))
 
+    const batchSize = Metric.tagged(groupCommitBatchSize, "writer", options.name)
+    const commitSeconds = Metric.tagged(groupCommitSeconds, "writer", options.name)
     const runBatch = (batch: ReadonlyArray<Entry>) =>
       Effect.suspend(() =>
         options.run(batch.map((e) => e.item))
       ).pipe(
         Effect.exit,
+        Effect.timed,
+        Effect.tap(([took]) =>
+          Effect.zipRight(
+            Metric.update(batchSize, batch.length),
+            Metric.update(commitSeconds, Duration.toSeconds(took))
+          )
+        ),
+        Effect.map(([, exit]) => exit),
         Effect.flatMap((exit) =>
           Effect.forEach(batch, (e, i) =>
             Deferred.done(
@@ -54,6 +67,8 @@ export const makeGroupCommit = <I, O, E>(options: {
     for (let i = 0; i < options.parallelism; i++) yield* Effect.forkScoped(worker)
 
     return (item: I): Effect.Effect<O, E> =>
-      Effect.flatMap(Deferred.make<O, E>(), (done) =>
-        Queue.offer(queue, { item, done }).pipe(Effect.zipRight(Deferred.await(done))))
+      Effect.flatMap(
+        Deferred.make<O, E>(),
+        (done) => Queue.offer(queue, { item, done }).pipe(Effect.zipRight(Deferred.await(done)))
+      )
   })

@@ -1,7 +1,8 @@
 import { SqlClient } from "@effect/sql"
-import { Data, Effect, Option, Schedule } from "effect"
+import { Data, Effect, Metric, Option, Schedule } from "effect"
 import * as S from "../config/Settings.js"
 import { domainEventOf, publicPayloadOf } from "../domain/taskEvents.js"
+import { taskTransitions } from "../observability/metrics.js"
 import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound } from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"
@@ -128,7 +129,8 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
           r.created ? logStatusChange(null, r.task, { source: "api", traceId: a.traceId }) : Effect.void
         ),
         Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),
-        Effect.catchTag("SqlError", unavailable)
+        Effect.catchTag("SqlError", unavailable),
+        Effect.tap((r) => r.created ? Metric.increment(createdTransitions) : Effect.void)
       )
     })
 
@@ -143,6 +145,9 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
     return { admit, find } as const
   })
 }) {}
+
+/** A task created by the API is its first transition: to queued. */
+const createdTransitions = taskTransitions.pipe(Metric.tagged("source", "api"), Metric.tagged("to", "queued"))
 
 const createdEvent = (task: TaskSnapshot, eventId: string, traceId: string) => ({
   ...domainEventOf(task, { eventType: "task.created", source: "api", traceId, occurredAt: task.createdAt }),

@@ -1,9 +1,10 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Effect, Either, Option } from "effect"
+import { Effect, Either, Metric, Option } from "effect"
 import * as S from "../config/Settings.js"
 import type { TaskState } from "../domain/taskState.js"
 import type { Change } from "../domain/transition.js"
+import { taskTransitions } from "../observability/metrics.js"
 import { EventCursor } from "../schema/cursor.js"
 import { WriteFenced } from "../schema/errors.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
@@ -125,6 +126,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
     // on error the batch is retried one change at a time, and only the culprit fails.
     const groupCommit = yield* Effect.orDie(TaskStoreSettings.config)
     const enqueue = yield* makeGroupCommit({
+      name: "task_store",
       parallelism: groupCommit.parallelism,
       maxBatch: groupCommit.maxBatch,
       run: (items: ReadonlyArray<CommitItem>) => {
@@ -195,6 +197,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         return yield* new WriteFenced({ reason: `region ${token.region} epoch ${token.epoch} may not write now` })
       }
       if (row.seq === null || row.stream_epoch === null) return { _tag: "Stale" } as CommitResult
+      yield* Metric.increment(Metric.tagged(Metric.tagged(taskTransitions, "source", change.source), "to", next.status))
       const task = new TaskSnapshot({
         ...next,
         homeRegion: token.region,

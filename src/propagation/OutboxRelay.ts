@@ -1,7 +1,8 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Metric } from "effect"
 import * as S from "../config/Settings.js"
+import { outboxPublished } from "../observability/metrics.js"
 import { OUTBOX_CHANNEL } from "../persistence/channels.js"
 import { runWakeLoop } from "../persistence/WakeLoop.js"
 import { EventQueue } from "../queue/EventQueue.js"
@@ -50,7 +51,10 @@ export const OutboxRelayLive = Singleton.make(
         UPDATE outbox_events SET published_at = now(), publish_attempts = publish_attempts + 1
         WHERE id IN ${sql.in(rows.map((r) => r.id))}`
       return rows.length
-    }).pipe(sql.withTransaction)
+    }).pipe(
+      sql.withTransaction,
+      Effect.tap((n) => Metric.incrementBy(outboxPublished, n))
+    )
 
     return yield* runWakeLoop({
       name: "outbox relay",

@@ -31,6 +31,7 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
     const clients = new Map(providers.map((d): [string, ProviderClient] => {
       const s = settings.clients[d.name]!
       const transport = makeTransport({
+        provider: d.name,
         http,
         baseUrl: s.baseUrl,
         timeout: settings.timeout,

@@ -1,5 +1,6 @@
 import { HttpBody, type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import { Duration, Effect, Either, Option, Schema } from "effect"
+import { Duration, Effect, Either, Metric, Option, Schema } from "effect"
+import { providerResponses } from "../observability/metrics.js"
 import { ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
 
 type Method = "GET" | "POST" | "PUT" | "DELETE"
@@ -61,11 +62,14 @@ const refusalDetail = (res: HttpClientResponse.HttpClientResponse) =>
   res.text.pipe(Effect.map((t) => t.slice(0, 500)), Effect.orElseSucceed(() => ""))
 
 export const makeTransport = (options: {
+  /** The provider's name, as a label of provider_http_responses_total. */
+  readonly provider: string
   readonly http: HttpClient.HttpClient
   readonly baseUrl: string
   readonly headers: Record<string, string>
   readonly timeout: Duration.Duration
 }): Transport => {
+  const responses = Metric.tagged(providerResponses, "provider", options.provider)
   const authorized = (path: string) =>
     HttpClientRequest.get(`${options.baseUrl}${path}`).pipe(HttpClientRequest.setHeaders(options.headers))
 
@@ -74,7 +78,13 @@ export const makeTransport = (options: {
       HttpClientRequest.setHeaders(options.headers)
     )
     if (key !== undefined) req = HttpClientRequest.setHeader(req, "idempotency-key", key)
-    return options.http.execute(withBody(req, body)).pipe(Effect.timeout(options.timeout))
+    return options.http.execute(withBody(req, body)).pipe(
+      Effect.timeout(options.timeout),
+      Effect.tapBoth({
+        onSuccess: (res) => Metric.increment(Metric.tagged(responses, "status", String(res.status))),
+        onFailure: () => Metric.increment(Metric.tagged(responses, "status", "network"))
+      })
+    )
   }
 
   const call: Transport["call"] = (method, path, schema, o = {}) =>

@@ -1,8 +1,22 @@
-import { Array as Arr, Context, Deferred, Duration, Effect, Exit, Layer, Option, Schema, type Scope } from "effect"
+import {
+  Array as Arr,
+  Clock,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Metric,
+  Option,
+  Schema,
+  type Scope
+} from "effect"
 import { Writable } from "node:stream"
 import { type ILogger, type MessageView, Producer, SimpleConsumer } from "rocketmq-client-nodejs"
 import * as S from "../config/Settings.js"
 import { backoffSchedule } from "../domain/backoff.js"
+import { queueConsumeLagSeconds } from "../observability/metrics.js"
 import { type Delivery, EventQueue, type OutgoingMessage, QueueUnavailable } from "./EventQueue.js"
 
 export interface RocketMQOptions {
@@ -156,6 +170,7 @@ export const makeRocketMQQueue = (
         // The broker's attempt count restarts at 1 when a redelivered batch differs from the first one (new messages
         // behind it), so the last failed attempt is also kept here (by message id, bounded) and the larger count wins.
         const failures = new Map<string, number>()
+        const consumeLag = Metric.tagged(queueConsumeLagSeconds, "group", group)
 
         // true when acked; false when it failed (then it and the rest of its group come back)
         const deliver = (m: MessageView) =>
@@ -171,6 +186,11 @@ export const makeRocketMQQueue = (
               return yield* ack(m).pipe(Effect.as(true))
             }
             const d = decoded.right
+            // the producer's clock to ours: one machine, or NTP-close ones
+            if (m.bornTimestamp !== undefined) {
+              const now = yield* Clock.currentTimeMillis
+              yield* Metric.update(consumeLag, Math.max(0, now - m.bornTimestamp.getTime()) / 1000)
+            }
             const exit = yield* Effect.exit(handle(d))
             if (Exit.isSuccess(exit)) {
               failures.delete(m.messageId)

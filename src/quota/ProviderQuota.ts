@@ -1,5 +1,6 @@
-import { Clock, Duration, Effect, Either, Option, Schedule } from "effect"
+import { Clock, Duration, Effect, Either, Metric, Option, Schedule } from "effect"
 import * as S from "../config/Settings.js"
+import { quotaGrants, quotaLimitQps, quotaWaitSeconds } from "../observability/metrics.js"
 import { Redis } from "../redis/Redis.js"
 
 export interface QuotaScope {
@@ -130,6 +131,7 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
             Effect.as(Effect.logError(`invalid ${name}: using QUOTA_PROVIDER_QPS`, error), providerQps)
           ),
           Effect.map((qps) => {
+            quotaLimitQps.pipe(Metric.tagged("provider", provider)).unsafeUpdate(qps, [])
             const ms = (rate: number, scale: number) => 1000 / (rate * scale)
             const per = (s: number): Levels<number> => [ms(tenantQps, s), ms(qps, s), ms(globalQps, s)]
             limits.set(provider, { shared: per(1), local: per(share) })
@@ -201,6 +203,7 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
         providerKey(scope.provider),
         `${keyPrefix}quota:global`
       ]
+      const started = yield* Clock.currentTimeMillis
       let from = 0
       while (from < 3) {
         const step = yield* take(keys, from, limit)
@@ -216,6 +219,9 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
         if (step.wait > 0) yield* Effect.sleep(Duration.millis(step.wait))
         from = step.next
       }
+      const waited = ((yield* Clock.currentTimeMillis) - started) / 1000
+      yield* Metric.update(Metric.tagged(quotaWaitSeconds, "provider", scope.provider), waited)
+      yield* Metric.increment(Metric.tagged(quotaGrants, "provider", scope.provider))
     })
 
     /** Pushes the provider's bucket back after a 429 with Retry-After (every runner then waits). */

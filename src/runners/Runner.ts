@@ -19,6 +19,7 @@ import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { LivePageLive } from "../http/LivePage.js"
+import { MetricsRouteLive } from "../http/MetricsRoute.js"
 import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
@@ -36,6 +37,7 @@ import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import * as Database from "../persistence/Database.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { EventRetentionLive } from "../persistence/EventRetention.js"
+import { MetricsSamplerLive } from "../persistence/MetricsSampler.js"
 import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
@@ -77,19 +79,20 @@ export const layerLifecycle = TaskLifecycle.Default.pipe(
 
 /**
  * A cluster runner hosting GenerationTask entities (each with its lifecycle), the clients that talk to them, the
- * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay, event retention) and the notification
- * dispatcher.
+ * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay, event retention), the notification
+ * dispatcher and the metrics sampler.
  */
 export const layerRunnerWith = <E, R, A2, E2, R2>(
   c: RunnerConfig,
   lifecycle: Layer.Layer<TaskLifecycle, E, R>,
   propagation: Layer.Layer<A2, E2, R2>
 ) =>
-  Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive, EventRetentionLive, propagation).pipe(
-    Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
-    Layer.provideMerge(layerCluster(c)),
-    Layer.provide(lifecycle)
-  )
+  Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive, EventRetentionLive, MetricsSamplerLive, propagation)
+    .pipe(
+      Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
+      Layer.provideMerge(layerCluster(c)),
+      Layer.provide(lifecycle)
+    )
 
 export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycle, layerPropagationFromEnv)
 
@@ -112,7 +115,7 @@ const layerWebhooks = WebhookRouteLive.pipe(
 
 /**
  * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and the live page at `/`, on whatever HttpServer is
- * provided; the provider webhook gateway and the event streams on its RawRoutes.
+ * provided; the provider webhook gateway, the event streams and GET /metrics on its RawRoutes.
  */
 export const layerHttpApp = Layer.unwrapEffect(
   Effect.map(
@@ -127,7 +130,8 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive)),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
-  Layer.provideMerge(layerWebhooks)
+  Layer.provideMerge(layerWebhooks),
+  Layer.provideMerge(MetricsRouteLive)
 )
 
 export const layerHttp = (c: RunnerConfig) =>

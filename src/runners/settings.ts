@@ -9,6 +9,7 @@ import { ApiSettings } from "../http/apiSettings.js"
 import { AuthSettings } from "../http/Auth.js"
 import { InboxSettings } from "../intake/inboxSettings.js"
 import { WebhookSettings } from "../intake/Webhooks.js"
+import { MetricsSettings } from "../observability/metricsSettings.js"
 import { OutputSettings } from "../output/outputSettings.js"
 import { DatabaseSettings } from "../persistence/Database.js"
 import { EventRetentionSettings } from "../persistence/EventRetention.js"
@@ -36,6 +37,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   RunnerSettings,
   LoggingSettings,
   TracingSettings,
+  MetricsSettings,
   DatabaseSettings,
   WriteFenceSettings,
   TaskStoreSettings,

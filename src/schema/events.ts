@@ -58,6 +58,8 @@ export const LiveTaskEvent = Schema.Struct({
   event_type: TaskEventType,
   payload: PublicTaskPayload,
   // optional: a message published by a runner older than this field still decodes
-  trace_id: Schema.optional(Schema.String)
+  trace_id: Schema.optional(Schema.String),
+  /** when the change was made (its domain event's occurred_at): for the commit → delivery latency, never sent on */
+  committed_at: Schema.optional(Schema.String)
 })
 export type LiveTaskEvent = typeof LiveTaskEvent.Type

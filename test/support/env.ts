@@ -2,7 +2,7 @@ import { Duration } from "effect"
 
 /**
  * The tests' config layer: the one place test code reads the environment. It names the services a run may use
- * (DATABASE_URL, REDIS_URL, ROCKETMQ_ENDPOINTS, CHROMIUM_PATH), whether this is CI (where a missing service fails the
+ * (DATABASE_URL, REDIS_URL, ROCKETMQ_ENDPOINTS, CHROMIUM_PATH, PROMETHEUS_PATH), whether this is CI (where a missing service fails the
  * run instead of skipping its tests), vitest's pool id, and the one factor every timeout guarding a test is scaled
  * by. Tests configure the code under test with ConfigProviders (src/testing/TestRunner.ts `withSettings`), never by
  * writing the environment; the vitest configs read the time factor from here too.
@@ -28,7 +28,9 @@ export const services = {
   get rocketmqEndpoints() {
     return required("ROCKETMQ_ENDPOINTS", "RocketMQ tests")
   },
-  chromiumPath: env.CHROMIUM_PATH ?? "/usr/bin/chromium"
+  chromiumPath: env.CHROMIUM_PATH ?? "/usr/bin/chromium",
+  /** Debian's prometheus (.ci/run installs it); PROMETHEUS_PATH elsewhere */
+  prometheusPath: env.PROMETHEUS_PATH ?? "/usr/bin/prometheus"
 }
 
 /** vitest's pool id: unique among the workers running at once (ports.ts gives each its own block). */

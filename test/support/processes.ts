@@ -29,11 +29,18 @@ process.once("exit", () => {
  * the like, env.ts `processEnv`): no service URL of the test run leaks into it unless the test passes it; without
  * its embedded provider simulator unless `settings` asks for it (several runners would all want its port).
  */
-export const spawnRunner = (settings: Record<string, string>): Proc => {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
-    env: { EMBEDDED_SIMULATOR: "false", ...processEnv(settings), [TEST_PROCESS_MARK]: runId() },
-    stdio: "pipe"
+export const spawnRunner = (settings: Record<string, string>): Proc =>
+  spawnMarked(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
+    EMBEDDED_SIMULATOR: "false",
+    ...processEnv(settings)
   })
+
+/**
+ * Any program a test starts (a runner, Prometheus), with the run's mark in its environment (the global teardown kills
+ * whatever carries it) and its output kept.
+ */
+export const spawnMarked = (command: string, args: ReadonlyArray<string>, env: Record<string, string>): Proc => {
+  const child = spawn(command, args, { env: { ...env, [TEST_PROCESS_MARK]: runId() }, stdio: "pipe" })
   children.add(child)
   let out = ""
   child.stdout!.on("data", (d) => (out += d))
