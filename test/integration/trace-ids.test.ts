@@ -105,6 +105,12 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
           { task_version: 1, trace_id: created, source: "api" },
           { task_version: 2, trace_id: canceled, source: "api" }
         ])
+        // the outbox rows are the queue's message bodies (OutboxRelay): the domain events carry the trace ids too
+        const sql = yield* SqlClient.SqlClient
+        const outbox = yield* sql<{ trace_id: string }>`
+          SELECT payload->>'trace_id' AS trace_id FROM outbox_events WHERE aggregate_id = ${taskId}
+          ORDER BY aggregate_version`
+        expect(outbox.map((r) => r.trace_id)).toEqual([created, canceled])
 
         // the stream replays both changes, each frame with the trace id of the request that made it
         const base = yield* baseUrl
