@@ -1,9 +1,13 @@
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Metric } from "effect"
 import { allows, type ModeGates } from "../domain/systemModes.js"
 import { WEBHOOK_PREFIX } from "../intake/Webhooks.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { EVENTS_PATH } from "./StreamAuth.js"
+
+const refusals = Metric.counter("mode_refusals_total", {
+  description: "HTTP requests refused at the edge because the system mode pauses what they need (tagged by gate)"
+})
 
 /** What a path needs of the mode; health, metrics, the admin API, the pages and the docs need nothing. */
 const gateOf = (path: string): keyof ModeGates | undefined =>
@@ -29,6 +33,8 @@ export const ModeGateLive = Layer.effectDiscard(Effect.gen(function*() {
     if (gate === undefined) return undefined
     const { degradedProviders, mode } = fence.view()
     if (allows(mode, gate, degradedProviders)) return undefined
+    // a plain Node callback (RawRoutes): the counter is bumped synchronously, no fiber per refusal
+    Metric.increment(Metric.tagged(refusals, "gate", gate)).pipe(Effect.runSync)
     const what = gate === "liveNotifications" ? "live updates are paused: read task snapshots" : "unavailable"
     return {
       status: 503,
