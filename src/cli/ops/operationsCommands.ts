@@ -92,7 +92,7 @@ const inboxOrphans = Command.make(
   Command.withDescription("callbacks no attempt knows yet (flagged orphans; they are never dropped)")
 )
 const inboxReplay = Command.make("replay", {
-  id: Args.text({ name: "id|all" }),
+  id: Args.text({ name: "id|all" }).pipe(Args.withDescription("an inbox row id (from the list), or all")),
   orphans: Options.boolean("orphans").pipe(Options.withDescription("replay orphans instead of dead rows"))
 }, ({ id, orphans }) =>
   Effect.gen(function*() {
@@ -122,7 +122,7 @@ const deadLettersList = Command.make("list", {}, () =>
 
 const deadLettersReplay = Command.make(
   "replay",
-  { id: Args.text({ name: "id|all" }) },
+  { id: Args.text({ name: "id|all" }).pipe(Args.withDescription("a dead letter id (from the list), or all")) },
   ({ id }) =>
     Effect.gen(function*() {
       const client = yield* AdminClient
@@ -155,7 +155,7 @@ const reviewList = Command.make("list", {
   })).pipe(Command.withDescription("tasks waiting in manual_review, oldest first"))
 
 const reviewResolve = Command.make("resolve", {
-  task: Args.text({ name: "task" }),
+  task: Args.text({ name: "task" }).pipe(Args.withDescription("the task id (a UUID)")),
   as: Options.choice("as", ["ready", "failed", "canceled"]).pipe(
     Options.withDescription(
       "ready: fetch and check the provider's output, then ready (settled); failed, canceled: refunded"
@@ -188,7 +188,7 @@ const reconciliationsList = Command.make("list", {}, () =>
 
 const reconciliationsResolve = Command.make(
   "resolve",
-  { id: Args.integer({ name: "id" }), reason },
+  { id: Args.integer({ name: "id" }).pipe(Args.withDescription("a reconciliation id (from the list)")), reason },
   ({ id, reason }) =>
     Effect.flatMap(AdminClient, (c) => c.operations.resolveReconciliation({ path: { id }, payload: { reason } })).pipe(
       Effect.zipRight(Console.log(`reconciliation ${id} resolved`))
