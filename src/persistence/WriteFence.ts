@@ -113,8 +113,8 @@ export class WriteFence extends Effect.Service<WriteFence>()("WriteFence", {
 
     /**
      * Inside an admitting transaction: this runner's region and epoch are the active ones and the mode admits new
-     * work, else WriteFenced naming the mode; the token it checked is the one the transaction writes under. The fence row is held FOR SHARE until the transaction ends, so a bump
-     * or a mode change waits for it.
+     * work, else WriteFenced naming the mode; the token it checked is the one the transaction writes under. The fence
+     * row is held FOR SHARE until the transaction ends, so a bump or a mode change waits for it.
      */
     const admitting = (provider?: string) =>
       Effect.gen(function*() {
