@@ -215,6 +215,11 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             Effect.retry({ while: (e) => e._tag === "StorageUnavailable", schedule: Schedule.spaced("2 seconds") })
           )
           if (isTerminal(s.task.status) || s.task.status === "manual_review") return
+          // READ_ONLY, MAINTENANCE: no provider query whose answer could not be written; looked at every second
+          if (!(yield* fence.allows("polling"))) {
+            yield* h.waitForChange(1000)
+            continue
+          }
           // each step (a submit, a poll round, an output fetch) is the work of a trace of its own
           const delay = yield* traced("TaskLifecycle.step", undefined, (traceId) => {
             h.traceId = traceId

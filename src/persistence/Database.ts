@@ -20,6 +20,7 @@ import eventStreams from "../../migrations/0008_event_streams.js"
 import projectOwners from "../../migrations/0009_project_owners.js"
 import inboxTrace from "../../migrations/0010_inbox_trace.js"
 import inboxDeadIndex from "../../migrations/0011_inbox_dead_index.js"
+import operations from "../../migrations/0012_operations.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
 
@@ -44,7 +45,8 @@ const runMigrations = Migrator.make({})({
     "0008_event_streams": eventStreams,
     "0009_project_owners": projectOwners,
     "0010_inbox_trace": inboxTrace,
-    "0011_inbox_dead_index": inboxDeadIndex
+    "0011_inbox_dead_index": inboxDeadIndex,
+    "0012_operations": operations
   }),
   table: "app_migrations"
 })

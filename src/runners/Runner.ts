@@ -20,6 +20,7 @@ import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { LivePageLive } from "../http/LivePage.js"
 import { MetricsRouteLive } from "../http/MetricsRoute.js"
+import { ModeGateLive } from "../http/ModeGate.js"
 import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
@@ -28,6 +29,7 @@ import { TasksHttpLive } from "../http/TasksHttp.js"
 import { traceIds } from "../http/TraceIds.js"
 import { WebhookRouteLive } from "../http/WebhookRoute.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
+import { InboxAdmin } from "../intake/InboxAdmin.js"
 import { InboxProcessorLive } from "../intake/InboxProcessor.js"
 import { WebhookGateway } from "../intake/Webhooks.js"
 import * as ObjectStore from "../output/ObjectStore.js"
@@ -37,7 +39,10 @@ import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import * as Database from "../persistence/Database.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { EventRetentionLive } from "../persistence/EventRetention.js"
+import { FenceControl } from "../persistence/FenceControl.js"
 import { MetricsSamplerLive } from "../persistence/MetricsSampler.js"
+import { OperatorAudit } from "../persistence/OperatorAudit.js"
+import { OperatorQueues } from "../persistence/OperatorQueues.js"
 import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
@@ -128,10 +133,14 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
   Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive)),
+  Layer.provide(
+    Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
+  ),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
   Layer.provideMerge(layerWebhooks),
-  Layer.provideMerge(MetricsRouteLive)
+  Layer.provideMerge(MetricsRouteLive),
+  Layer.provideMerge(ModeGateLive)
 )
 
 export const layerHttp = (c: RunnerConfig) =>
