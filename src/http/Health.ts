@@ -91,6 +91,8 @@ const checked = <E>(name: string, check: Effect.Effect<Option.Option<string>, E>
     })
   })
 
+const none = Option.none<string>()
+
 /** The checks of a round, every one bounded, all side by side. */
 const makeChecks = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
@@ -128,15 +130,17 @@ const makeChecks = Effect.gen(function*() {
   const checks = [database, one(checked("shard_locks", locks.problem, checkTimeout))]
   if (Option.isSome(redis.client)) {
     const client = redis.client.value
-    checks.push(one(checked("redis", Effect.tryPromise(() => client.ping()).pipe(Effect.as(none)), checkTimeout)))
+    const ping = Effect.tryPromise({
+      try: () => client.ping(),
+      catch: (e) => String((e as { readonly message?: unknown } | null)?.message ?? e)
+    })
+    checks.push(one(checked("redis", Effect.as(ping, none), checkTimeout)))
   }
   if (Option.isSome(endpoints) && endpoints.value.length > 0) {
     checks.push(one(checked("rocketmq", Effect.as(queue.ping, none), checkTimeout)))
   }
   return Effect.map(Effect.all(checks, { concurrency: "unbounded" }), (rs) => rs.flat())
 })
-
-const none = Option.none<string>()
 
 export interface Readiness {
   readonly ready: boolean
