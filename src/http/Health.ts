@@ -65,6 +65,9 @@ const failures = Metric.counter("readiness_check_failures", {
  */
 const ROUND_TTL = Duration.millis(250)
 
+/** A check that keeps failing and passing warns at most this often. */
+const WARN_INTERVAL_MS = 60_000
+
 const round2 = (ms: number) => Math.round(ms * 100) / 100
 
 /** Runs `check` within `timeout`: how long it took, and its value or why it failed (one line). */
@@ -154,31 +157,46 @@ export const HealthRoutesLive = Layer.scopedDiscard(Effect.gen(function*() {
   const lag = yield* EventLoopLag
   const state = yield* RunnerState
   const sharding = yield* Sharding.Sharding
-  const round = yield* Effect.cachedWithTTL(yield* makeChecks, ROUND_TTL)
   const run = yield* FiberSet.makeRuntime<never>()
   const started = Date.now()
 
-  // logged when a check changes outcome, not every round: a prober polls every second
-  const lastOk = new Map<string, boolean>()
+  // logged when a check changes outcome, not every round (a prober polls every second), and a check that flaps
+  // (a database slower than the timeout now and then, on a loaded machine) warns at most once a minute
+  const checks = new Map<string, { ok: boolean; warnedAt: number; warned: boolean; unsaid: number }>()
   const observe = (results: ReadonlyArray<CheckResult>) =>
     Effect.forEach(results, (r) => {
-      const was = lastOk.get(r.name)
-      lastOk.set(r.name, r.ok)
+      const now = Date.now()
+      const c = checks.get(r.name) ?? { ok: true, warnedAt: -Infinity, warned: false, unsaid: 0 }
+      checks.set(r.name, c)
       const count = r.ok ? Effect.void : Metric.increment(Metric.tagged(failures, "check", r.name))
-      if (was === r.ok || (was === undefined && r.ok)) return count
-      const log = r.ok
-        ? Effect.logInfo(`readiness: ${r.name} ok again`)
-        : Effect.logWarning(`readiness: ${r.name} failing: ${r.error ?? ""}`)
-      return Effect.zipRight(count, log.pipe(Effect.annotateLogs({ check: r.name, latency_ms: r.latency_ms })))
+      if (c.ok === r.ok) return count
+      c.ok = r.ok
+      const annotate = Effect.annotateLogs({ check: r.name, latency_ms: r.latency_ms })
+      if (r.ok) {
+        if (!c.warned) return count
+        c.warned = false
+        return Effect.zipRight(count, Effect.logInfo(`readiness: ${r.name} ok again`).pipe(annotate))
+      }
+      if (now - c.warnedAt < WARN_INTERVAL_MS) {
+        c.unsaid++
+        return count
+      }
+      const unsaid = c.unsaid
+      Object.assign(c, { warnedAt: now, warned: true, unsaid: 0 })
+      const warn = Effect.logWarning(`readiness: ${r.name} failing: ${r.error ?? ""}`).pipe(
+        annotate,
+        Effect.annotateLogs(unsaid > 0 ? { failures_not_logged: unsaid } : {})
+      )
+      return Effect.zipRight(count, warn)
     }, { discard: true })
+  const round = yield* Effect.cachedWithTTL(Effect.tap(yield* makeChecks, observe), ROUND_TTL)
 
   const readiness: Effect.Effect<Readiness> = Effect.gen(function*() {
-    const checks = yield* round
+    const results = yield* round
     const serving = yield* state.get
     const shutdown = yield* sharding.isShutdown
     const current = shutdown ? "stopping" : serving
-    yield* observe(checks)
-    return { ready: current === "serving" && checks.every((c) => c.ok), state: current, checks }
+    return { ready: current === "serving" && results.every((c) => c.ok), state: current, checks: results }
   })
 
   const send = (req: IncomingMessage, res: ServerResponse, status: number, body: unknown) => {

@@ -12,7 +12,7 @@ export type ServingState = "starting" | "serving" | "draining" | "stopping"
 const STATES: ReadonlyArray<ServingState> = ["starting", "serving", "draining", "stopping"]
 
 /** 1 for the runner's current serving state, 0 for the others (one series per state). */
-const stateGauge = Metric.gauge("runner_state", {
+export const stateGauge = Metric.gauge("runner_state", {
   description: "1 for the runner's current serving state (starting, serving, draining, stopping), 0 for the others"
 })
 
