@@ -10,10 +10,11 @@ import { spawnRunner, withTimeout } from "../../support/processes.js"
 
 /**
  * Every clock of an idle runner, five times faster than its defaults: the wake loops' sweeps, the sweeper, the
- * reconcilers, the cluster's assignment reads, health checks and storage polls. Not the shard-lock refresh: its
- * interval is also its timeout, and at 400 ms a loaded machine's PGlite (in this process) missed it ("Shard lock
- * storage is unhealthy", then "has recovered", 3 times in a minute); at its 2 s default it did not in 5 idle minutes. IDLE of this is as
- * many rounds of each loop as five idle minutes at the defaults (checked once by hand at the defaults: the README says).
+ * reconcilers, the cluster's assignment reads, health checks and storage polls. IDLE_MS of this is as many rounds of
+ * each loop as five idle minutes at the defaults (checked once by hand at the defaults: the README says). Not the
+ * shard-lock refresh: its interval is also its timeout, and at 400 ms a loaded machine's PGlite (in this process)
+ * missed it ("Shard lock storage is unhealthy", then "has recovered", 3 times in a minute); at its 2 s default it did
+ * not in 5 idle minutes.
  */
 const FAST_CLOCKS = {
   INBOX_SWEEP_INTERVAL: "200 millis",
