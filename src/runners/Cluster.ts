@@ -11,6 +11,7 @@ import { NodeClusterSocket } from "@effect/platform-node"
 import { RpcSerialization } from "@effect/rpc"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { backoffSchedule } from "../domain/backoff.js"
+import * as ShardLockWatch from "../http/ShardLockWatch.js"
 import type { RunnerConfig } from "./RunnerConfig.js"
 
 /**
@@ -30,6 +31,8 @@ export const layerCluster = (c: RunnerConfig) =>
       Layer.provide(NodeClusterSocket.layerClientProtocol)
     )),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
+    // the runner storage as the cluster uses it, with its shard-lock refreshes observed for /readyz
+    Layer.provideMerge(ShardLockWatch.layerWatched),
     Layer.provide(clusterTables(SqlRunnerStorage.layer)),
     Layer.provide(ShardingConfig.layer({
       runnerAddress: Option.some(RunnerAddress.make(c.runnerHost, c.runnerPort)),

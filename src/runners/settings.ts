@@ -7,6 +7,7 @@ import { LifecycleSettings } from "../entities/TaskLifecycle.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { AuthSettings } from "../http/Auth.js"
+import { HealthSettings } from "../http/Health.js"
 import { InboxSettings } from "../intake/inboxSettings.js"
 import { WebhookSettings } from "../intake/Webhooks.js"
 import { MetricsSettings } from "../observability/metricsSettings.js"
@@ -38,6 +39,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   LoggingSettings,
   TracingSettings,
   MetricsSettings,
+  HealthSettings,
   DatabaseSettings,
   WriteFenceSettings,
   TaskStoreSettings,
