@@ -1,9 +1,9 @@
-import { Effect } from "effect"
+import { Duration, Effect, Schedule } from "effect"
 import { spawn } from "node:child_process"
 import { inject } from "vitest"
 import { TokenSigner } from "../../src/http/Auth.js"
 import { withSettings } from "../../src/testing/TestRunner.js"
-import { processEnv, scaled, TEST_PROCESS_MARK } from "./env.js"
+import { processEnv, scaled, scaledDuration, TEST_PROCESS_MARK } from "./env.js"
 import { type Proc, spawnRunner, withTimeout } from "./processes.js"
 
 /** An operator token signed with `authSecret` (the runners under test must have the same AUTH_SECRET). */
@@ -65,3 +65,22 @@ export const scopedRunner = (settings: Record<string, string>) =>
         return withTimeout(p.exited, 20_000, "runner stop").catch(() => p.child.kill("SIGKILL"))
       })
   )
+
+/** Waits (up to `within`, scaled) until `effect` answers something `predicate` accepts; else dies naming `what` and the last answer. */
+export const until = <A, E, R>(
+  what: string,
+  effect: Effect.Effect<A, E, R>,
+  predicate: (a: A) => boolean,
+  within: Duration.DurationInput = Duration.seconds(30)
+) => {
+  let last: unknown = "nothing yet"
+  return effect.pipe(
+    Effect.tap((a) => Effect.sync(() => (last = a instanceof Map ? Object.fromEntries(a) : a))),
+    Effect.tapError((e) => Effect.sync(() => (last = e))),
+    Effect.filterOrFail(predicate, () => "not yet"),
+    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(within)))),
+    Effect.catchAll(() =>
+      Effect.dieMessage(`${what}: not within ${Duration.format(within)}; last: ${JSON.stringify(last)}`)
+    )
+  )
+}

@@ -1,11 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
-import { admin, operatorToken, runnerPath, runOps, scopedRunner, shardCounts } from "../../support/admin.js"
+import { admin, operatorToken, runnerPath, runOps, scopedRunner, shardCounts, until } from "../../support/admin.js"
 import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
 import { scaled } from "../../support/env.js"
 import { waitForHttp } from "../../support/processes.js"
 import { freePort } from "../../support/runner.js"
-import { eventually } from "../../support/webhooks.js"
 
 const AUTH_SECRET = "cluster-weights-test-secret-0123456789abcdef"
 const [httpA, runnerA, httpB, runnerB] = await Effect.runPromise(Effect.all([freePort, freePort, freePort, freePort]))
@@ -28,7 +27,7 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number, weigh
 
 /** Whether runner A's share of the 300 shards is within ±10% of `share` (and B holds the rest). */
 const shares = (token: string, share: number) =>
-  eventually(shardCounts(httpA, token), (counts) => {
+  until(`A holds ${share * 100}% of the shards`, shardCounts(httpA, token), (counts) => {
     const a = counts.get(A) ?? 0
     const b = counts.get(B) ?? 0
     return a + b === 300 && Math.abs(a / 300 - share) <= share * 0.1
@@ -83,7 +82,7 @@ describe.skipIf(noDatabase)("runner weights", () => {
             body: JSON.stringify({ weight: 0 })
           })).status
         ).toBe(204)
-        yield* eventually(shardCounts(httpA, token), (counts) => counts.get(B) === 300, "30 seconds")
+        yield* until("B holds every shard", shardCounts(httpA, token), (counts) => counts.get(B) === 300)
         const last = yield* admin(httpA, token, `${runnerPath(B)}/drain`, { method: "POST" })
         expect(last.status).toBe(409)
       }).pipe(Effect.scoped))
