@@ -16,14 +16,17 @@ export const operatorToken = (authSecret: string, operator = "test-operator") =>
 
 /** A request to a runner's admin API: its status and JSON body (null when empty). */
 export const admin = (port: number, token: string, path: string, init: RequestInit = {}) =>
-  Effect.promise(async () => {
-    const res = await fetch(`http://127.0.0.1:${port}${path}`, {
-      ...init,
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...init.headers },
-      signal: AbortSignal.timeout(scaled(10_000))
-    })
-    const text = await res.text()
-    return { status: res.status, body: text === "" ? null : JSON.parse(text) as unknown }
+  Effect.tryPromise({
+    catch: (cause) => `${init.method ?? "GET"} ${path} on ${port}: ${String(cause)}`,
+    try: async () => {
+      const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+        ...init,
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...init.headers },
+        signal: AbortSignal.timeout(scaled(10_000))
+      })
+      const text = await res.text()
+      return { status: res.status, body: text === "" ? null : JSON.parse(text) as unknown }
+    }
   })
 
 export const runnerPath = (address: string) => `/admin/runners/${encodeURIComponent(address)}`

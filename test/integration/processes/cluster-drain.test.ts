@@ -155,10 +155,10 @@ describe.skipIf(noDatabase)("draining a runner", () => {
             // every task is polled again after the handoff, by A
             const handedAt = Date.now()
             yield* until("every task polled after the handoff", polls, (rows) =>
-              rows.every((r) => r.last !== null && r.last > handedAt))
-            const lateDuring = watch.lateness.filter((l) =>
-              l.at >= drainedAt
-            )
+              rows.every((r) =>
+                r.last !== null && r.last > handedAt
+              ))
+            const lateDuring = watch.lateness.filter((l) => l.at >= drainedAt)
             const worst = Math.max(0, ...lateDuring.map((l) => l.lateMs))
             yield* Effect.logWarning(
               `round ${round + 1}: all shards on A ${handoff} ms after the drain; worst poll lateness ${worst} ms ` +
