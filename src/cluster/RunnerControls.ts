@@ -1,7 +1,7 @@
 import { ClusterError, Runner, RunnerStorage, ShardingConfig } from "@effect/cluster"
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { SqlClient } from "@effect/sql"
-import { Effect, Layer, Metric, Option, Ref } from "effect"
+import { Effect, Layer, Metric, Option, Ref, SubscriptionRef } from "effect"
 import { heldBack, type Listed, overlay, type RunnerControl } from "./runnerOverlay.js"
 
 export const addressOf = (a: RunnerAddress): string => `${a.host}:${a.port}`
@@ -33,7 +33,7 @@ export class RunnerControls extends Effect.Service<RunnerControls>()("RunnerCont
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const observed = yield* Ref.make<Observed>({ listed: [], controls: new Map(), suspended: false })
-    const selfDraining = yield* Ref.make(false)
+    const selfDraining = yield* SubscriptionRef.make(false)
     return {
       read: sql<{ address: string; draining: boolean; weight: number | null }>`
         SELECT address, draining, weight FROM runner_controls`.pipe(
@@ -63,9 +63,9 @@ export class RunnerControls extends Effect.Service<RunnerControls>()("RunnerCont
       observed: Ref.get(observed),
       /** Called by the storage below on every refresh. */
       observe: (o: Observed) => Ref.set(observed, o),
-      /** Whether this runner is drained now, as its own assignment sees it. */
-      selfDraining: Ref.get(selfDraining),
-      setSelfDraining: (draining: boolean) => Ref.getAndSet(selfDraining, draining)
+      /** Whether this runner is drained now, as its own assignment sees it: now, then at every change. */
+      selfDrainingChanges: selfDraining.changes,
+      setSelfDraining: (draining: boolean) => SubscriptionRef.getAndSet(selfDraining, draining)
     }
   })
 }) {}

@@ -4,7 +4,7 @@ import * as Migrator from "@effect/sql/Migrator"
 import { SqlError } from "@effect/sql/SqlError"
 import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { Duration, Effect, Layer, Metric, Option, Redacted, Runtime, Schedule } from "effect"
+import { Context, Duration, Effect, Layer, Metric, Option, Redacted, Runtime, Schedule } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import pg from "pg"
@@ -31,20 +31,28 @@ const types: Pg.CustomTypesConfig = {
       : (pg.types.getTypeParser as (oid: number, format?: string) => unknown)(oid, format)) as never
 }
 
+const migrations = {
+  "0001_core": core,
+  "0002_commit_task_change": commitTaskChange,
+  "0003_commit_task_changes": commitTaskChanges,
+  "0004_inbox_attempt": inboxAttempt,
+  "0005_inbox_body": inboxBody,
+  "0006_lifecycle": lifecycle,
+  "0007_propagation": propagation,
+  "0008_event_streams": eventStreams,
+  "0009_project_owners": projectOwners,
+  "0010_runner_controls": runnerControls
+}
+
+/** The table the Migrator records applied migrations in (migration_id = the number before the name's `_`). */
+export const MIGRATIONS_TABLE = "app_migrations"
+
+/** The id of the newest migration this code knows: `/readyz` checks the database has it. */
+export const latestMigration = Math.max(...Object.keys(migrations).map((name) => Number(name.split("_")[0])))
+
 const runMigrations = Migrator.make({})({
-  loader: Migrator.fromRecord({
-    "0001_core": core,
-    "0002_commit_task_change": commitTaskChange,
-    "0003_commit_task_changes": commitTaskChanges,
-    "0004_inbox_attempt": inboxAttempt,
-    "0005_inbox_body": inboxBody,
-    "0006_lifecycle": lifecycle,
-    "0007_propagation": propagation,
-    "0008_event_streams": eventStreams,
-    "0009_project_owners": projectOwners,
-    "0010_runner_controls": runnerControls
-  }),
-  table: "app_migrations"
+  loader: Migrator.fromRecord(migrations),
+  table: MIGRATIONS_TABLE
 })
 
 /**
@@ -159,6 +167,15 @@ export const DatabaseSettings = S.area("Database", "where tasks, events and the 
 })
 
 /**
+ * Whether the database is the embedded PGlite: its pool of 2 leaves no connection for LISTEN (one is the cluster's
+ * lock connection), so the wake loops (WakeLoop.ts) do not try it and run on their sweeps. Provided beside the
+ * PgClient by `layerEmbedded`; false for any other database.
+ */
+export class EmbeddedDatabase extends Context.Reference<EmbeddedDatabase>()("EmbeddedDatabase", {
+  defaultValue: () => false
+}) {}
+
+/**
  * The embedded default: PGlite served over a unix socket in the data folder, so @effect/sql-pg and
  * @effect/cluster use the same code paths as with a real server. PGlite is one PostgreSQL session:
  * advisory locks exclude nothing and more than 2 connections interleave the protocol, so this serves
@@ -180,16 +197,23 @@ export const layerEmbedded = (dataDir: string) =>
       Effect.promise(() => server.start()),
       () => Effect.promise(() => server.stop())
     )
-    yield* Effect.logInfo("embedded PostgreSQL (PGlite) serving").pipe(Effect.annotateLogs({ dataDir: dir }))
-    return PgClient.layer({
-      host: dir,
-      port: 5432,
-      username: "postgres",
-      database: "postgres",
-      maxConnections: 2,
-      applicationName: "task-control-plane",
-      types
-    })
+    // said once here, instead of a LISTEN failing in every wake loop (WakeLoop.ts)
+    yield* Effect.logInfo(
+      "embedded PostgreSQL (PGlite) serving; no LISTEN/NOTIFY on it (its 2 connections are taken): " +
+        "the inbox and the outbox are drained by their sweeps (INBOX_SWEEP_INTERVAL, OUTBOX_SWEEP_INTERVAL)"
+    ).pipe(Effect.annotateLogs({ dataDir: dir }))
+    return Layer.merge(
+      PgClient.layer({
+        host: dir,
+        port: 5432,
+        username: "postgres",
+        database: "postgres",
+        maxConnections: 2,
+        applicationName: "task-control-plane",
+        types
+      }),
+      Layer.succeed(EmbeddedDatabase, true)
+    )
   }))
 
 const acquireRunnerLock = (lockPath: string) =>

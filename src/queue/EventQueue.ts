@@ -41,4 +41,6 @@ export class EventQueue extends Context.Tag("EventQueue")<EventQueue, {
     group: string,
     handle: (delivery: Delivery) => Effect.Effect<void, E>
   ) => Effect.Effect<void, never, Scope.Scope>
+  /** Succeeds while the queue answers (RocketMQ: its proxy serves the topic's route); for `/readyz`. */
+  readonly ping: Effect.Effect<void, QueueUnavailable>
 }>() {}

@@ -24,6 +24,7 @@ export const layerMemory: Layer.Layer<EventQueue> = Layer.sync(EventQueue, () =>
     })
 
   return EventQueue.of({
+    ping: Effect.void,
     publish: (messages) =>
       Effect.suspend(() => {
         if (groups.size === 0) early.push(...messages)

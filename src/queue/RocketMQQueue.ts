@@ -215,7 +215,18 @@ export const makeRocketMQQueue = (
         yield* Effect.all(Array.from({ length: receivers }, () => loop), { concurrency: "unbounded", discard: true })
       }).pipe(Effect.scoped, Effect.forkScoped, Effect.asVoid)
 
-    return EventQueue.of({ publish, consume })
+    // a route query through the producer's own channel: the proxy answers and knows the topic
+    const ping = Effect.gen(function*() {
+      if (!(yield* Deferred.isDone(producer))) return yield* Effect.fail(unavailable("RocketMQ is not connected yet"))
+      const p = yield* Deferred.await(producer)
+      yield* Effect.tryPromise({
+        // protected in the client's types; it is what the client's own 30 s route refresh calls
+        try: () => (p as unknown as { readonly updateRoutes: () => Promise<void> }).updateRoutes(),
+        catch: (cause) => unavailable("RocketMQ route query failed", cause)
+      })
+    })
+
+    return EventQueue.of({ publish, consume, ping })
   })
 
 export const QueueSettings = S.area("Queue", "the event queue between the outbox relay and the dispatchers", {

@@ -14,6 +14,7 @@ import { ClusterView } from "../cluster/ClusterView.js"
 import { layerRunnerStorage, RunnerControls } from "../cluster/RunnerControls.js"
 import { RunnerReportsLive } from "../cluster/RunnerReports.js"
 import { backoffSchedule } from "../domain/backoff.js"
+import * as ShardLockWatch from "../http/ShardLockWatch.js"
 import type { RunnerConfig } from "./RunnerConfig.js"
 
 /**
@@ -37,7 +38,11 @@ export const layerCluster = (c: RunnerConfig) =>
       Layer.provide(NodeClusterSocket.layerClientProtocol)
     )),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
-    Layer.provide(layerRunnerStorage.pipe(Layer.provide(clusterTables(SqlRunnerStorage.layer)))),
+    // Sharding's runner storage: the operators' drains and weights laid over the runner list, over the storage
+    // whose shard-lock refreshes are observed for /readyz, over SqlRunnerStorage
+    Layer.provide(layerRunnerStorage),
+    Layer.provideMerge(ShardLockWatch.layerWatched),
+    Layer.provide(clusterTables(SqlRunnerStorage.layer)),
     Layer.provideMerge(RunnerControls.Default),
     Layer.provideMerge(ShardingConfig.layer({
       runnerAddress: Option.some(RunnerAddress.make(c.runnerHost, c.runnerPort)),

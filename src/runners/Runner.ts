@@ -1,6 +1,7 @@
 import { FetchHttpClient, HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Stream } from "effect"
+import { RunnerControls } from "../cluster/RunnerControls.js"
 import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
 import { ReconcilersLive } from "../entities/Reconcilers.js"
 import { SweeperLive } from "../entities/Sweeper.js"
@@ -18,10 +19,12 @@ import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
+import { HealthRoutesLive } from "../http/Health.js"
 import { LivePageLive } from "../http/LivePage.js"
 import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
+import { RunnerState } from "../http/RunnerState.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
 import { WebhookRouteLive } from "../http/WebhookRoute.js"
@@ -41,7 +44,7 @@ import { TaskOperations } from "../persistence/TaskOperations.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { TaskStore } from "../persistence/TaskStore.js"
 import { WriteFence } from "../persistence/WriteFence.js"
-import { layerPropagationFromEnv } from "../propagation/Propagation.js"
+import { layerEventQueueFromEnv, layerPropagationFromEnv } from "../propagation/Propagation.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderRegistry } from "../providers/ProviderRegistry.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
@@ -129,21 +132,44 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provideMerge(layerWebhooks)
 )
 
-export const layerHttp = (c: RunnerConfig) =>
+/**
+ * The probes (src/http/Health.ts) on the raw routes. Redis and the event queue are the runner's own: the same layer
+ * values as the lifecycle's and propagation's, so the one build shares their connections.
+ */
+const layerHealth = HealthRoutesLive.pipe(Layer.provide(Layer.mergeAll(Redis.layerFromEnv, layerEventQueueFromEnv)))
+
+/** `app` on a Node server at HTTP_HOST:HTTP_PORT, with the server's raw routes. */
+const serveOn = <A, E, R>(c: RunnerConfig, app: Layer.Layer<A, E, R>) =>
   Layer.unwrapEffect(Effect.sync(() => {
     const { routes, server } = makeServer()
-    return layerHttpApp.pipe(
+    return app.pipe(
       HttpServer.withLogAddress,
       Layer.provide(Layer.succeed(RawRoutes, routes)),
       Layer.provide(NodeHttpServer.layer(() => server, { host: c.httpHost, port: c.httpPort }))
     )
   }))
 
-/** One runner process: HTTP API + cluster runner on DATABASE_URL, or on the embedded PGlite when it is unset. */
+export const layerHttp = (c: RunnerConfig) => serveOn(c, layerHttpApp)
+
+/**
+ * A drained runner (by an operator, on any runner: it learns it at its next assignment refresh) answers not-ready
+ * with `draining` while it keeps serving, and ready again once undrained.
+ */
+const layerDrainReadiness = Layer.scopedDiscard(Effect.gen(function*() {
+  const controls = yield* RunnerControls
+  const state = yield* RunnerState
+  yield* controls.selfDrainingChanges.pipe(Stream.runForEach(state.setDraining), Effect.forkScoped)
+}))
+
+/**
+ * One runner process: HTTP API + cluster runner on DATABASE_URL, or on the embedded PGlite when it is unset. Its
+ * RunnerState is in the output: main.ts turns readiness off with it on SIGTERM.
+ */
 export const RunnerLive = Layer.unwrapEffect(Effect.gen(function*() {
   const c = yield* RunnerConfig
-  return layerHttp(c).pipe(
+  return serveOn(c, Layer.mergeAll(layerHttpApp, layerHealth, layerDrainReadiness)).pipe(
     Layer.provide(layerRunner(c)),
+    Layer.provideMerge(RunnerState.Default),
     Layer.provide(layerStores(Database.layerFromEnv))
   )
 }))

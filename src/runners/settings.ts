@@ -7,6 +7,7 @@ import { LifecycleSettings } from "../entities/TaskLifecycle.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { AuthSettings } from "../http/Auth.js"
+import { HealthSettings } from "../http/Health.js"
 import { InboxSettings } from "../intake/inboxSettings.js"
 import { WebhookSettings } from "../intake/Webhooks.js"
 import { OutputSettings } from "../output/outputSettings.js"
@@ -34,6 +35,7 @@ import { RunnerSettings } from "./RunnerConfig.js"
 export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   RunnerSettings,
   LoggingSettings,
+  HealthSettings,
   DatabaseSettings,
   WriteFenceSettings,
   TaskStoreSettings,
