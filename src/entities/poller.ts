@@ -3,7 +3,7 @@ import { providerLostJob } from "../domain/lifecycleSteps.js"
 import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "../domain/pollPolicy.js"
 import type { TaskState } from "../domain/taskState.js"
 import { providerPolls } from "../observability/metrics.js"
-import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
+import type { AttemptSchedule, PollLease } from "../persistence/AttemptSchedule.js"
 import type { ProviderCallFailed } from "../providers/errors.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
 import { sha256hex } from "../providers/ProviderAdapter.js"
@@ -65,8 +65,11 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
 
   const failureDelayMs = (error: ProviderCallFailed, failures: number) => nextPollAfterFailure(error, failures, policy)
 
-  const poll = (h: TaskHandle, s: TaskState) =>
-    Effect.gen(function*() {
+  const poll = (h: TaskHandle, s: TaskState) => {
+    // the lease this poll holds between claim and finish: given back if the poll is interrupted (a drain or a
+    // SIGTERM moves the entity), else the next owner would wait out POLL_LEASE before polling the task again
+    let held: PollLease | null = null
+    return Effect.gen(function*() {
       const attempt = s.attempt!
       let now = yield* Clock.currentTimeMillis
       const open = breakerWait(attempt.provider, now)
@@ -97,6 +100,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         h.scheduleMemo = null
         return 1000 * policy.scale
       }
+      held = lease.value
       const client = yield* clients.get(attempt.provider)
       const answer = yield* client.query(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
       const polled = Metric.tagged(providerPolls, "provider", attempt.provider)
@@ -108,6 +112,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         if (overdue) yield* Effect.logWarning("task is past its expected maximum duration: polled rarely")
         const delay = nextPollAfterSuccess(res.task.status, overdue, policy)
         yield* schedule.finish(attempt.id, lease.value, { delayMs: delay, failed: false, error: null })
+        held = null
         h.scheduleMemo = { attemptId: attempt.id, nextPollAt: now + delay, failures: 0 }
         return isTerminal(res.task.status) || res.outcome === "changed" ? 0 : delay
       }
@@ -139,9 +144,18 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         failed: true,
         error: `${error.kind}: ${error.detail}`.slice(0, 500)
       })
+      held = null
       h.scheduleMemo = { attemptId: attempt.id, nextPollAt: now + delay, failures: pollFailures + 1 }
       return delay
-    })
+    }).pipe(
+      Effect.onInterrupt(() =>
+        held === null ? Effect.void : schedule.release(s.attempt!.id, held).pipe(
+          Effect.zipRight(Effect.logDebug("poll interrupted: lease given back")),
+          Effect.ignore
+        )
+      )
+    )
+  }
 
   /** cancel_requested: ask the provider once (remembered in PostgreSQL), then poll for its confirmation. */
   const cancelThenPoll = (h: TaskHandle, s: TaskState) =>

@@ -75,6 +75,16 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
         WHERE id = ${attemptId} AND poll_lease_token = ${lease.token}`
     }, Effect.catchTag("SqlError", unavailable))
 
+    /**
+     * Gives the lease back without a result (the poll was interrupted: its entity is moving to another runner), so
+     * the new owner polls at once instead of waiting out the lease. Only the holder's; the schedule stays due.
+     */
+    const release = Effect.fn("AttemptSchedule.release")(function*(attemptId: AttemptId, lease: PollLease) {
+      yield* sql`
+        UPDATE task_attempts SET poll_lease_until = NULL, poll_lease_token = NULL
+        WHERE id = ${attemptId} AND poll_lease_token = ${lease.token}`
+    }, Effect.catchTag("SqlError", unavailable))
+
     /** Schedules without polling (the first poll of a job, a wait for a submission slot, an unknown submit). */
     const schedule = Effect.fn("AttemptSchedule.schedule")(function*(attemptId: AttemptId, delayMs: number) {
       yield* sql`
@@ -132,6 +142,6 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
       }
     }, Effect.catchTag("SqlError", unavailable))
 
-    return { requestOf, get, claim, finish, schedule, pollSoon, markCancelSent, acquireSlot } as const
+    return { requestOf, get, claim, finish, release, schedule, pollSoon, markCancelSent, acquireSlot } as const
   })
 }) {}

@@ -21,6 +21,7 @@ import projectOwners from "../../migrations/0009_project_owners.js"
 import inboxTrace from "../../migrations/0010_inbox_trace.js"
 import inboxDeadIndex from "../../migrations/0011_inbox_dead_index.js"
 import operations from "../../migrations/0012_operations.js"
+import runnerControls from "../../migrations/0013_runner_controls.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
 
@@ -45,7 +46,8 @@ const migrations = {
   "0009_project_owners": projectOwners,
   "0010_inbox_trace": inboxTrace,
   "0011_inbox_dead_index": inboxDeadIndex,
-  "0012_operations": operations
+  "0012_operations": operations,
+  "0013_runner_controls": runnerControls
 }
 
 /** The table the Migrator records applied migrations in (migration_id = the number before the name's `_`). */

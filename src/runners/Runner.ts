@@ -1,6 +1,7 @@
 import { FetchHttpClient, HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Stream } from "effect"
+import { RunnerControls } from "../cluster/RunnerControls.js"
 import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
 import { ReconcilersLive } from "../entities/Reconcilers.js"
 import { SweeperLive } from "../entities/Sweeper.js"
@@ -165,12 +166,22 @@ const serveOn = <A, E, R>(c: RunnerConfig, app: Layer.Layer<A, E, R>) =>
 export const layerHttp = (c: RunnerConfig) => serveOn(c, layerHttpApp)
 
 /**
+ * A drained runner (by an operator, on any runner: it learns it at its next assignment refresh) answers not-ready
+ * with `draining` while it keeps serving, and ready again once undrained.
+ */
+const layerDrainReadiness = Layer.scopedDiscard(Effect.gen(function*() {
+  const controls = yield* RunnerControls
+  const state = yield* RunnerState
+  yield* controls.selfDrainingChanges.pipe(Stream.runForEach(state.setDraining), Effect.forkScoped)
+}))
+
+/**
  * One runner process: HTTP API + cluster runner on DATABASE_URL, or on the embedded PGlite when it is unset. Its
  * RunnerState is in the output: main.ts turns readiness off with it on SIGTERM.
  */
 export const RunnerLive = Layer.unwrapEffect(Effect.gen(function*() {
   const c = yield* RunnerConfig
-  return serveOn(c, Layer.merge(layerHttpApp, layerHealth)).pipe(
+  return serveOn(c, Layer.mergeAll(layerHttpApp, layerHealth, layerDrainReadiness)).pipe(
     Layer.provide(layerRunner(c)),
     Layer.provideMerge(RunnerState.Default),
     Layer.provide(layerStores(Database.layerFromEnv))

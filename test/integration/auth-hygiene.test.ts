@@ -260,6 +260,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("token and session hygiene
         const admin = (token: string) =>
           Effect.promise(() => fetch(`${base}/admin/whoami`, { headers: bearer(token) }).then((r) => r.status))
         const operator = yield* Effect.flatMap(TokenSigner, (s) => s.signOperator("alice"))
+        const tokenOfTenant = yield* tokenFor()
         expect(yield* admin(operator)).toBe(200)
         const me = yield* Effect.promise(() =>
           fetch(`${base}/admin/whoami`, { headers: bearer(operator) }).then((r) => r.json())
@@ -267,6 +268,11 @@ describe.skipIf(noDatabase || redisUrl === undefined)("token and session hygiene
         expect(me).toEqual({ operator: "alice" })
         // a tenant's access token, even one covering every project, is not an operator's
         expect(yield* admin(yield* tokenFor())).toBe(401)
+        expect(
+          yield* Effect.promise(() =>
+            fetch(`${base}/admin/cluster`, { headers: bearer(tokenOfTenant) }).then((r) => r.status)
+          )
+        ).toBe(401)
         // an operator token's claims with a tenant token's kind, and the reverse: the kind decides
         expect(yield* admin(yield* handMade("access", { tenant_id: TENANT, projects: "*" }))).toBe(401)
         expect(yield* whoAmI(operator)).toBe(401)
