@@ -106,8 +106,11 @@ const statusText: Record<number, string> = {
   504: "Gateway Timeout"
 }
 
-/** What the server said, in one line: a tagged error's message (its tag if none), or the start of a text body. */
-const explain = (body: string): string => {
+/**
+ * What the server said, in one line: a tagged error's message (with its tag when the tag says more than the status
+ * name already does), or the start of a text body.
+ */
+const explain = (body: string, name: string): string => {
   try {
     const json = JSON.parse(body) as { _tag?: unknown; message?: unknown; error?: unknown; trace_id?: unknown }
     const message = typeof json.message === "string" && json.message.length > 0
@@ -115,7 +118,7 @@ const explain = (body: string): string => {
       : typeof json.error === "string"
       ? json.error
       : undefined
-    const tag = typeof json._tag === "string" ? json._tag : undefined
+    const tag = typeof json._tag === "string" && json._tag !== name.replace(/ /g, "") ? json._tag : undefined
     const said = message === undefined ? tag ?? body : tag === undefined ? message : `${tag}: ${message}`
     return typeof json.trace_id === "string" ? `${said} (trace ${json.trace_id})` : said
   } catch {
@@ -147,11 +150,12 @@ export const call = async <A>(method: string, path: string, body?: unknown): Pro
   }
   const text = await res.text().catch(() => "")
   if (!res.ok) {
-    const said = explain(text).slice(0, 300)
     const name = statusText[res.status] ?? res.statusText
+    const said = explain(text, name).slice(0, 300)
+    const hint = res.status === 401 && bearer === null ? " (no token sent: paste an operator token)" : ""
     return {
       ok: false,
-      failure: new ApiFailure(res.status, `${what} → ${res.status} ${name}${said === "" ? "" : `: ${said}`}`)
+      failure: new ApiFailure(res.status, `${what} → ${res.status} ${name}${said === "" ? "" : `: ${said}`}${hint}`)
     }
   }
   if (text === "") return { ok: true, value: undefined as A }
