@@ -18,6 +18,7 @@ import lifecycle from "../../migrations/0006_lifecycle.js"
 import propagation from "../../migrations/0007_propagation.js"
 import eventStreams from "../../migrations/0008_event_streams.js"
 import projectOwners from "../../migrations/0009_project_owners.js"
+import runnerControls from "../../migrations/0010_runner_controls.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
 
@@ -40,7 +41,8 @@ const runMigrations = Migrator.make({})({
     "0006_lifecycle": lifecycle,
     "0007_propagation": propagation,
     "0008_event_streams": eventStreams,
-    "0009_project_owners": projectOwners
+    "0009_project_owners": projectOwners,
+    "0010_runner_controls": runnerControls
   }),
   table: "app_migrations"
 })

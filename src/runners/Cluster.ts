@@ -10,6 +10,9 @@ import {
 import { NodeClusterSocket } from "@effect/platform-node"
 import { RpcSerialization } from "@effect/rpc"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
+import { ClusterView } from "../cluster/ClusterView.js"
+import { layerRunnerStorage, RunnerControls } from "../cluster/RunnerControls.js"
+import { RunnerReportsLive } from "../cluster/RunnerReports.js"
 import { backoffSchedule } from "../domain/backoff.js"
 import type { RunnerConfig } from "./RunnerConfig.js"
 
@@ -21,18 +24,24 @@ import type { RunnerConfig } from "./RunnerConfig.js"
  * `ShardingConfig.layerFromEnv`, which reads the environment a second time (and names such as PORT) under the
  * library's defaults. Here the runner's record is the ShardingConfig; what it does not set keeps the library's
  * default.
+ *
+ * The runner storage carries the operators' drains and weights (src/cluster/RunnerControls.ts); ClusterView (the
+ * admin API's view of runners and shards) and the runner's reports of what it holds come with it.
  */
 export const layerCluster = (c: RunnerConfig) =>
-  SocketRunner.layer.pipe(
+  Layer.mergeAll(ClusterView.Default, RunnerReportsLive).pipe(
+    Layer.provideMerge(SocketRunner.layer),
     Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
     Layer.provide(RunnerHealth.layerPing.pipe(
       Layer.provide(Runners.layerRpc),
       Layer.provide(NodeClusterSocket.layerClientProtocol)
     )),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
-    Layer.provide(clusterTables(SqlRunnerStorage.layer)),
-    Layer.provide(ShardingConfig.layer({
+    Layer.provide(layerRunnerStorage.pipe(Layer.provide(clusterTables(SqlRunnerStorage.layer)))),
+    Layer.provideMerge(RunnerControls.Default),
+    Layer.provideMerge(ShardingConfig.layer({
       runnerAddress: Option.some(RunnerAddress.make(c.runnerHost, c.runnerPort)),
+      runnerShardWeight: c.runnerWeight,
       shardsPerGroup: c.shardsPerGroup,
       shardLockExpiration: c.shardLockExpiration,
       shardLockRefreshInterval: c.shardLockRefreshInterval,

@@ -11,6 +11,14 @@ export const RunnerSettings = S.area("Runner", "HTTP listener, runner-to-runner 
   httpPort: S.port("HTTP_PORT", "port of the HTTP API", 3000),
   runnerHost: S.string("RUNNER_HOST", "host other runners reach this one at (runner-to-runner sockets)", "127.0.0.1"),
   runnerPort: S.port("RUNNER_PORT", "port of the runner-to-runner sockets", 34431),
+  // an operator's `runner weight` (kept in the database) takes precedence until set again
+  runnerWeight: S.integer(
+    "RUNNER_WEIGHT",
+    "this runner's share of shards relative to the others (1 and 3: 25% and 75%); `npm run ops -- runner weight` " +
+      "overrides it at runtime",
+    1,
+    { min: 1, max: 1000 }
+  ),
   shardsPerGroup: S.integer("SHARDS_PER_GROUP", "shards per shard group; the same on every runner", 300, { min: 1 }),
   // Measured here: with 6 s / 1 s / 2 s a killed runner's shards answer elsewhere after ~6.4 s (35 s / 3 s /
   // 1 min defaults: ~30 s). A SIGTERM'd runner hands its shards over in ~1.5–2.5 s either way.
