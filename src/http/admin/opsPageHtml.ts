@@ -15,7 +15,8 @@ const style = `
   header .stamps { margin-left: auto; color: #9aa5b5; font-size: 12px; }
   header button { font-size: 12px; }
   main { padding: 10px 16px 24px; }
-  .columns { display: grid; grid-template-columns: minmax(0, 3fr) minmax(300px, 2fr); gap: 10px; align-items: start; }
+  .columns { display: grid; grid-template-columns: minmax(0, 1.5fr) minmax(320px, 1fr); gap: 10px;
+    align-items: start; }
   @media (max-width: 1000px) { .columns { grid-template-columns: minmax(0, 1fr); } }
   section { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 8px 10px; margin-bottom: 10px; }
   section.stale { border-color: #e7b4ae; background: #fffafa; }
@@ -44,15 +45,16 @@ const style = `
   button.drain { border-color: #d9a6a0; color: var(--bad); }
   button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
   input, select { font: inherit; font-size: 12px; padding: 2px 5px; border: 1px solid #b9c0cb; border-radius: 4px; }
-  .weight-input { width: 52px; }
+  .weight-input { width: 48px; }
+  td.singletons { font-size: 11px; color: var(--muted); max-width: 220px; overflow-wrap: anywhere; }
   .weight-control { margin-left: 6px; }
   .badge { display: inline-block; border-radius: 8px; padding: 0 8px; font-size: 12px; font-weight: 600; }
   .badge.healthy { background: #d8f3de; color: var(--ok); }
   .badge.draining { background: #fff0c7; color: var(--warn); }
   .badge.unhealthy { background: #fde2dd; color: var(--bad); }
   .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; vertical-align: -1px; }
-  .swatch.unassigned, .shard:not([style*="background"]) { background: #fff;
-    box-shadow: inset 0 0 0 1px #9aa3b0; }
+  /* a shard nobody holds (moving between runners): hollow, so it reads as "in flight" rather than as a color */
+  .swatch.unassigned, .shard[data-runner=""] { background: #fff; box-shadow: inset 0 0 0 1px #8a94a3; }
   #legend { display: flex; flex-wrap: wrap; gap: 4px 16px; margin-bottom: 6px; }
   .legend-item { display: inline-flex; gap: 5px; align-items: center; font-variant-numeric: tabular-nums; }
   .legend-item em { color: var(--warn); font-style: normal; }
@@ -60,12 +62,12 @@ const style = `
   .group-name { font-weight: 600; margin-bottom: 2px; }
   .group-name small { color: var(--muted); font-weight: 400; }
   .grid { display: grid; grid-template-columns: repeat(auto-fill, 11px); gap: 2px; }
-  .shard { display: block; width: 11px; height: 11px; border-radius: 2px; transition: background-color .4s; }
+  .shard { display: block; width: 11px; height: 11px; border-radius: 2px; }
   dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0 0 8px; }
   dl.facts dt { color: var(--muted); }
   dl.facts dd { margin: 0; font-variant-numeric: tabular-nums; }
   #mode-value { font-weight: 700; font-size: 15px; }
-  #mode-value:not([data-mode="NORMAL"]) { color: var(--warn); }
+  #mode-value[data-mode]:not([data-mode="NORMAL"]) { color: var(--warn); }
   form.inline { display: flex; flex-wrap: wrap; gap: 5px; align-items: center; }
   form.inline input[type=text], form.inline input:not([type]) { flex: 1 1 140px; }
   details { margin-top: 8px; }
@@ -80,7 +82,7 @@ const style = `
   #signin p { color: var(--muted); margin: 6px 0 0; }
   #signin-note { color: var(--bad); }
   #messages-box { margin-bottom: 10px; }
-  #messages { list-style: none; margin: 0; padding: 0; max-height: 148px; overflow: auto; }
+  #messages { list-style: none; margin: 0; padding: 0; max-height: 122px; overflow: auto; }
   #messages li { padding: 2px 0; border-bottom: 1px solid #f3f4f6; }
   #messages li.error .text { color: var(--bad); }
   #messages li.ok .text { color: var(--ok); }

@@ -25,27 +25,41 @@ const signed = <A>(f: (s: TokenSigner) => Effect.Effect<A>) =>
     Effect.provide(TokenSigner.Default.pipe(Layer.provide(withSettings({ AUTH_SECRET }))))
   )
 
+/**
+ * A runner process on `url`, with AUTH_SECRET; started again on other ports when one of its ports was taken between
+ * being handed out and bound (other test runs on this machine draw from the same block).
+ */
 const startRunner = (url: string) =>
   Effect.acquireRelease(
     Effect.promise(async () => {
-      const [httpPort, runnerPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
-      const proc = spawnRunner({
-        DATABASE_URL: url,
-        ROCKETMQ_ENDPOINTS: "",
-        AUTH_SECRET,
-        HTTP_PORT: String(httpPort),
-        RUNNER_PORT: String(runnerPort),
-        LOG_LEVEL: "Error"
-      })
-      try {
-        await waitForHttp(httpPort, proc)
-      } catch (e) {
-        proc.child.kill("SIGKILL")
-        throw e
+      for (let attempt = 1;; attempt++) {
+        const [httpPort, runnerPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
+        const proc = spawnRunner({
+          DATABASE_URL: url,
+          ROCKETMQ_ENDPOINTS: "",
+          AUTH_SECRET,
+          HTTP_PORT: String(httpPort),
+          RUNNER_PORT: String(runnerPort),
+          LOG_LEVEL: "Error"
+        })
+        try {
+          await waitForHttp(httpPort, proc)
+          return { ...proc, httpPort, address: `127.0.0.1:${runnerPort}` }
+        } catch (e) {
+          proc.child.kill("SIGKILL")
+          if (attempt < 3 && proc.output().includes("EADDRINUSE")) continue
+          throw e
+        }
       }
-      return { ...proc, httpPort, address: `127.0.0.1:${runnerPort}` }
     }),
-    (proc) => Effect.sync(() => proc.child.kill("SIGKILL"))
+    (proc, exit) =>
+      Effect.sync(() => {
+        // a failed test shows what the runner said (it may have exited)
+        if (exit._tag === "Failure") {
+          console.error(`runner ${proc.address} (exit ${proc.child.exitCode}):\n${proc.output()}`)
+        }
+        proc.child.kill("SIGKILL")
+      })
   )
 
 /** Waits, in the page, until `predicate(arg)` holds (the page's DOM, re-checked on every animation frame). */
