@@ -182,3 +182,47 @@ export const providerLostJob = (s: TaskState, now: Date, meta: StepMeta): Outcom
   s.task.status !== "submitted" && s.task.status !== "running"
     ? Outcome.Unchanged({ reason: "duplicate" })
     : changed(s, s.attempt, { ...current(s.task), status: "provider_status_unknown" }, now, meta)
+
+export type Resolution = "ready" | "failed" | "canceled"
+
+/**
+ * An operator decides a task waiting in manual_review. `failed` and `canceled` end it (the terminal commit refunds
+ * the reserve and frees its slots). `ready` needs an output: the provider's, fetched and checked like any other —
+ * the task goes back to fetching_output, and becomes ready (and settled) only once the file is stored and is a
+ * video; a task whose provider never reported an output cannot be made ready by decree ("no_output").
+ */
+export const operatorResolve = (
+  s: TaskState,
+  as: Resolution,
+  outputDeadline: Date,
+  now: Date,
+  meta: StepMeta
+): Outcome => {
+  if (s.task.status !== "manual_review") return Outcome.Ignored({ reason: "not_in_review" })
+  if (as === "ready") {
+    if (s.attempt === null || s.attempt.outputRefs.length === 0) return Outcome.Ignored({ reason: "no_output" })
+    const attempt = s.attempt.outputDeadlineAt !== null
+      ? s.attempt
+      : withAttempt(s.attempt, { outputDeadlineAt: outputDeadline })
+    return changed(
+      s,
+      attempt,
+      { ...current(s.task), status: "fetching_output", stage: "fetching_output", progress: null },
+      now,
+      meta
+    )
+  }
+  if (as === "canceled") {
+    return changed(s, s.attempt, { ...current(s.task), status: "canceled", errorCode: null }, now, meta)
+  }
+  // an unknown submit nobody could resolve: the user is told it timed out, not that the provider failed
+  const unknown = s.attempt !== null &&
+    (s.attempt.submitState === "SUBMIT_UNKNOWN" || s.attempt.submitState === "SUBMITTING")
+  return changed(
+    s,
+    s.attempt,
+    { ...current(s.task), status: "failed", errorCode: unknown ? "timed_out" : "provider_failed" },
+    now,
+    meta
+  )
+}

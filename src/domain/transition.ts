@@ -24,6 +24,8 @@ export type IgnoreReason =
   | "cancel_requested"
   | "manual_review"
   | "not_cancelable"
+  | "not_in_review"
+  | "no_output"
 
 /** A committed change: the next task and attempt, what browsers see, and what goes to the outbox. */
 export interface Change {

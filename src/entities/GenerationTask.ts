@@ -28,6 +28,8 @@ const WriteErrors = Schema.Union(TaskNotFound, WriteFenced, VersionConflict, Sto
  *   now, and the provider's answer, not the claim, is applied.
  * - Start / Cancel: the HTTP API answers only after the entity replied, so the client's retry (idempotent by
  *   task state) is the re-drive; a lost Start is picked up by the sweeper from the task row.
+ * - Resolve: an operator's decision on a task in manual_review; the operator's retry is the re-drive, and the step
+ *   is idempotent by task state (a second one finds the task no longer in review).
  * - GetSnapshot: a read.
  * Background work the entity owns (the poller, later) is restarted by its build from durable state.
  */
@@ -48,6 +50,16 @@ export const GenerationTask = Entity.make("GenerationTask", [
   }),
   Rpc.make("Cancel", {
     payload: { traceId: Schema.String },
+    success: CommandResult,
+    error: WriteErrors
+  }),
+  Rpc.make("Resolve", {
+    payload: {
+      as: Schema.Literal("ready", "failed", "canceled"),
+      operator: Schema.String,
+      reason: Schema.String,
+      traceId: Schema.String
+    },
     success: CommandResult,
     error: WriteErrors
   }),

@@ -1,5 +1,6 @@
 import { Entity } from "@effect/cluster"
 import { Clock, Duration, Effect, Option, Queue, Ref } from "effect"
+import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
 import { TaskStore } from "../persistence/TaskStore.js"
@@ -10,6 +11,9 @@ import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { TaskLifecycle } from "./TaskLifecycle.js"
+
+/** An operator's "ready" whose output had no deadline yet: the provider's URL is tried for this long. */
+const OPERATOR_OUTPUT_WINDOW_MS = 60 * 60 * 1000
 
 /** How many times one message re-evaluates after losing the version CAS before giving up. */
 const MAX_CAS_ROUNDS = 5
@@ -42,7 +46,7 @@ export const GenerationTaskLive = GenerationTask.toLayer(
     const applyOnce = Effect.fn("GenerationTask.apply")(function*(decide: (state: TaskState, now: Date) => Outcome) {
       for (let round = 0; round < MAX_CAS_ROUNDS; round++) {
         const state = yield* current
-        if (state.task.writeEpoch > store.fence.epoch) {
+        if (state.task.writeEpoch > store.fence().epoch) {
           return yield* new WriteFenced({ reason: `task written under epoch ${state.task.writeEpoch}` })
         }
         const now = new Date(yield* Clock.currentTimeMillis)
@@ -101,15 +105,26 @@ export const GenerationTaskLive = GenerationTask.toLayer(
       }
     }
     // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
-    // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again.
-    yield* Effect.gen(function*() {
+    // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again. An
+    // operator's resolution can make a task in manual_review active again: the lifecycle then starts once more.
+    const scope = yield* Effect.scope
+    let driving = false
+    const startLifecycle = Effect.gen(function*() {
       // a finished task (read, or sent a late duplicate) costs no keep-alive write
       const loaded = yield* Ref.get(cache)
-      if (Option.isSome(loaded) && !isActive(loaded.value.task.status)) return
-      yield* Entity.keepAlive(true)
-      yield* lifecycle.drive(handle)
-      yield* Entity.keepAlive(false)
-    }).pipe(Effect.provideService(Entity.CurrentAddress, address), Effect.forkScoped)
+      if (driving || (Option.isSome(loaded) && !isActive(loaded.value.task.status))) return
+      driving = true
+      yield* Effect.gen(function*() {
+        yield* Entity.keepAlive(true)
+        yield* lifecycle.drive(handle)
+        yield* Entity.keepAlive(false)
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => (driving = false))),
+        Effect.provideService(Entity.CurrentAddress, address),
+        Effect.forkIn(scope)
+      )
+    })
+    yield* startLifecycle
 
     return {
       Start: () => Effect.map(current, (s) => s.task),
@@ -123,6 +138,24 @@ export const GenerationTaskLive = GenerationTask.toLayer(
           })),
           Effect.zipRight(Queue.offer(changed, undefined)),
           Effect.asVoid,
+          Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
+        ),
+      Resolve: ({ payload }) =>
+        apply((s, now) =>
+          operatorResolve(s, payload.as, new Date(now.getTime() + OPERATOR_OUTPUT_WINDOW_MS), now, {
+            source: "operator",
+            traceId: payload.traceId
+          })
+        ).pipe(
+          Effect.tap((res) =>
+            res.outcome === "changed"
+              ? Effect.zipRight(
+                Effect.logInfo(`resolved by operator ${payload.operator} as ${payload.as}: ${res.task.status}`)
+                  .pipe(Effect.annotateLogs({ reason: payload.reason })),
+                startLifecycle
+              )
+              : Effect.void
+          ),
           Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
         ),
       Cancel: ({ payload }) =>

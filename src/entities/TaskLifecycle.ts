@@ -214,6 +214,11 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             Effect.retry({ while: (e) => e._tag === "StorageUnavailable", schedule: Schedule.spaced("2 seconds") })
           )
           if (isTerminal(s.task.status) || s.task.status === "manual_review") return
+          // READ_ONLY, MAINTENANCE: no provider query whose answer could not be written; looked at every second
+          if (!(yield* fence.allows("polling"))) {
+            yield* h.waitForChange(1000)
+            continue
+          }
           const delay = yield* step(h, s).pipe(
             Effect.catchAllCause((cause) =>
               Effect.as(

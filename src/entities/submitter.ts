@@ -8,9 +8,6 @@ import type { ProviderQuota } from "../quota/ProviderQuota.js"
 import type { makePoller } from "./poller.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
 
-/** Modes in which new generations may be sent to providers (seed 19.5.5); other modes keep jobs moving only. */
-const SUBMITTING_MODES: ReadonlySet<string> = new Set(["NORMAL", "DEGRADED_NOTIFY"])
-
 export interface SubmitterDeps {
   readonly clients: ProviderClients
   readonly schedule: AttemptSchedule
@@ -45,8 +42,10 @@ export const makeSubmitter = (
         return yield* commit(h, (st, now) =>
           Steps.retrySubmission(st, attempt.id, 0, "invalid_input", now, meta(h.taskId)))
       }
-      if (!SUBMITTING_MODES.has(yield* fence.mode)) {
-        return scaled(5)
+      // the mode's submission gate (src/domain/systemModes.ts), per provider in DEGRADED_PROVIDER; looked at again
+      // within a second, so a mode change resumes submissions without waiting out a long sleep
+      if (!(yield* fence.allows("submission", attempt.provider))) {
+        return Math.min(scaled(5), 1000)
       }
       const scope = `${attempt.provider}/${attempt.model}/${s.task.tenantId}`
       if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {

@@ -5,6 +5,7 @@ import { TaskClient } from "../entities/TaskClient.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { isStorableText, storableText } from "../persistence/storableText.js"
 import { runWakeLoop } from "../persistence/WakeLoop.js"
+import { WriteFence } from "../persistence/WriteFence.js"
 import { isTerminalReport, type ProviderReport, signsBody, unconfirmed } from "../providers/ProviderAdapter.js"
 import { webhookProtocolOf } from "../providers/providers.js"
 import type { AttemptId, ProviderName, TaskId } from "../schema/ids.js"
@@ -34,6 +35,11 @@ const unsignedClaims = Metric.counter("unsigned_callback_claims_total", {
   description: "terminal states claimed by unsigned callbacks, sent to a provider query instead of applied"
 })
 
+/** Callbacks a write fence (a mode, an epoch bump, another active region) refused: put back, never counted. */
+const fencedCallbacks = Metric.counter("inbox_fenced_total", {
+  description: "callbacks whose task write was fenced (mode, epoch, region): retried later, not counted as failures"
+})
+
 /** The first field of a report whose text PostgreSQL cannot store (a NUL, a lone surrogate), if any. */
 const unstorableField = (r: ProviderReport): string | undefined => {
   const texts: ReadonlyArray<readonly [string, string | null]> = [
@@ -45,6 +51,9 @@ const unstorableField = (r: ProviderReport): string | undefined => {
   ]
   return texts.find(([, text]) => text !== null && !isStorableText(text))?.[0]
 }
+
+/** How soon a fenced row is tried again: the fence is re-read every second, so a few seconds is enough. */
+const FENCED_RETRY_SECONDS = 2
 
 /** Seconds a row that must wait waits before its next try: the one backoff from 1 s, capped. */
 const backoffSeconds = (retry: number, capSeconds: number) =>
@@ -65,6 +74,7 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
   if (!c.processorEnabled) return
   const sql = yield* SqlClient.SqlClient
   const tasks = yield* TaskClient
+  const fence = yield* WriteFence
   const { batchSize, maxRetries, orphanFlagAfter: flagAfter, sendTimeout, sweepInterval } = c
 
   const claim = sql<InboxRow>`
@@ -87,6 +97,11 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
   const markDead = (id: number, code: string, error: string) =>
     sql`UPDATE provider_callback_inbox SET process_status = 'dead', next_retry_at = NULL, last_error_code = ${code},
         last_error = ${storableText(error)} WHERE id = ${id}`
+  // Fenced is not failing: the row waits for the fence to open (a mode, a bump being adopted) with its tries intact,
+  // so no window, however long, turns a callback into a dead letter
+  const fencedLater = (row: InboxRow) =>
+    sql`UPDATE provider_callback_inbox SET process_status = 'retry', last_error_code = 'WriteFenced',
+        next_retry_at = now() + make_interval(secs => ${FENCED_RETRY_SECONDS}) WHERE id = ${row.id}`
   const retryLater = (row: InboxRow, code: string, status: "retry" | "orphan", capSeconds: number) =>
     sql`UPDATE provider_callback_inbox SET process_status = ${status}, retry_count = retry_count + 1,
         next_retry_at = now() + make_interval(secs => ${backoffSeconds(row.retry_count, capSeconds)}),
@@ -181,6 +196,11 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         )
       if (Either.isRight(sent)) return yield* markProcessed(row.id)
       if (sent.left._tag === "TaskNotFound") return yield* markDead(row.id, "task_not_found", attempt.task_id)
+      if (sent.left._tag === "WriteFenced") {
+        yield* Metric.increment(fencedCallbacks)
+        yield* Effect.logInfo("callback fenced; it waits for the fence", sent.left)
+        return yield* fencedLater(row)
+      }
       if (row.retry_count + 1 >= maxRetries) return yield* markDead(row.id, sent.left._tag, "retries exhausted")
       yield* Effect.logWarning("callback will be retried", sent.left)
       return yield* retryLater(row, sent.left._tag, "retry", 60)
@@ -190,6 +210,8 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
     )
 
   const drain = Effect.gen(function*() {
+    // READ_ONLY, MAINTENANCE: rows stay pending, untouched, and are applied by the first sweep after the window
+    if (!(yield* fence.allows("writes"))) return 0
     const rows = yield* claim
     yield* Effect.forEach(rows, processRow, { concurrency: 16, discard: true })
     return rows.length

@@ -18,6 +18,7 @@ import lifecycle from "../../migrations/0006_lifecycle.js"
 import propagation from "../../migrations/0007_propagation.js"
 import eventStreams from "../../migrations/0008_event_streams.js"
 import projectOwners from "../../migrations/0009_project_owners.js"
+import operations from "../../migrations/0010_operations.js"
 import runnerControls from "../../migrations/0010_runner_controls.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
@@ -42,7 +43,9 @@ const runMigrations = Migrator.make({})({
     "0007_propagation": propagation,
     "0008_event_streams": eventStreams,
     "0009_project_owners": projectOwners,
-    "0010_runner_controls": runnerControls
+    "0010_runner_controls": runnerControls,
+    // both branches numbered theirs 0010: the second runs as 0011 (the lead's merge renumbers the file)
+    "0011_operations": operations
   }),
   table: "app_migrations"
 })

@@ -58,7 +58,7 @@ export class Projects extends Effect.Service<Projects>()("Projects", {
     /** A new project of `tenantId`, unless it has `PROJECTS_PER_TENANT` already. */
     const create = Effect.fn("Projects.create")(
       function*(tenantId: TenantId) {
-        yield* admitting
+        yield* admitting()
         // one creation per tenant at a time: the count below and the insert see the same rows
         yield* sql`SELECT pg_advisory_xact_lock(${LOCK_CLASS}, hashtext(${tenantId}))`
         const [{ n }] = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM projects WHERE tenant_id = ${tenantId}`

@@ -50,7 +50,7 @@ class LostKeyRace extends Data.TaggedError("LostKeyRace") {}
 export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmission", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const { admitting, token } = yield* WriteFence
+    const { admitting } = yield* WriteFence
 
     const byKey = (tenantId: TenantId, key: string) =>
       sql<Record<string, any>>`
@@ -66,7 +66,7 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
 
     const insert = (a: Admission) =>
       Effect.gen(function*() {
-        yield* admitting
+        const token = yield* admitting(a.provider)
         const existing = yield* byKey(a.tenantId, a.idempotencyKey)
         if (existing.length > 0) return yield* replay(a, existing[0]!)
         // the project exists already, made by its owner (POST /v1/projects): naming an id creates nothing

@@ -96,7 +96,7 @@ export const TaskStoreSettings = S.area("Task store", "the group commit of task 
 export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
   scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const { token } = yield* WriteFence
+    const fence = yield* WriteFence
 
     const load = Effect.fn("TaskStore.load")(function*(taskId: TaskId) {
       const tasks = yield* sql.unsafe<Record<string, any>>(
@@ -152,6 +152,8 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
       const next = change.task
       const a = change.attempt
       const eventId = crypto.randomUUID()
+      // the claim at this moment: a bump between here and the commit makes the database refuse it
+      const token = fence.current()
       const result = yield* enqueue({
         region: token.region,
         epoch: token.epoch,
@@ -191,7 +193,11 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
       if (Either.isLeft(result)) return yield* unavailable(result.left)
       const row = result.right
       if (!row.fence_ok) {
-        return yield* new WriteFenced({ reason: `region ${token.region} epoch ${token.epoch} may not write now` })
+        const { mode } = fence.view()
+        return yield* new WriteFenced({
+          reason: `region ${token.region} epoch ${token.epoch} may not write now (mode ${mode})`,
+          mode
+        })
       }
       if (row.seq === null || row.stream_epoch === null) return { _tag: "Stale" } as CommitResult
       const task = new TaskSnapshot({
@@ -219,6 +225,6 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         ON CONFLICT (task_id, dedup_key) DO NOTHING`
     }, Effect.catchTag("SqlError", unavailable))
 
-    return { load, commit, recordReconciliation, fence: token } as const
+    return { load, commit, recordReconciliation, fence: fence.current } as const
   })
 }) {}

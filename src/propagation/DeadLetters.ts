@@ -10,12 +10,13 @@ export interface DeadLetter {
   readonly task_id: string
   readonly error: string
   readonly attempts: number
+  readonly created_at: Date
 }
 
 /** The notifications the dispatcher gave up on and nobody replayed yet, oldest first. */
 export const listDeadLetters = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql<DeadLetter>`
-    SELECT id, event_id, task_id, error, attempts FROM notification_dead_letters
+    SELECT id, event_id, task_id, error, attempts, created_at FROM notification_dead_letters
     WHERE replayed_at IS NULL ORDER BY id`)
 
 /**

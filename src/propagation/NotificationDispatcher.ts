@@ -1,12 +1,17 @@
 import { SqlClient } from "@effect/sql"
-import { Effect, Either, Layer, ParseResult, Schema } from "effect"
+import { Effect, Either, Layer, Metric, ParseResult, Schema } from "effect"
 import { NotificationBus } from "../bus/NotificationBus.js"
 import * as S from "../config/Settings.js"
 import { liveEventOf } from "../domain/taskEvents.js"
+import { WriteFence } from "../persistence/WriteFence.js"
 import { type Delivery, EventQueue } from "../queue/EventQueue.js"
 import { DomainEvent } from "../schema/events.js"
 
 const decodeEvent = Schema.decodeUnknownEither(Schema.parseJson(DomainEvent))
+
+const pushesPaused = Metric.counter("notifications_paused_total", {
+  description: "events not pushed live because the mode pauses live notifications (clients read them by snapshot)"
+})
 
 export const DispatcherSettings = S.area(
   "Notification dispatcher",
@@ -43,7 +48,7 @@ export const DispatcherSettings = S.area(
  * events arrive in order, so anything at or below the last version published for that task is a redelivery —
  * published as a LiveTaskEvent to the project's bus channel, and acked only after the publish. A publish that
  * keeps failing (DISPATCH_MAX_ATTEMPTS) and an unreadable message go to notification_dead_letters, to list and
- * replay (npm run dead-letters); either way no fact is lost: gateways re-read PostgreSQL by cursor.
+ * replay (npm run ops -- dead-letters list|replay); either way no fact is lost: gateways re-read PostgreSQL by cursor.
  */
 export const NotificationDispatcherLive = Layer.scopedDiscard(Effect.gen(function*() {
   const { dedupTasks: remembered, enabled, group, maxAttempts } = yield* DispatcherSettings.config
@@ -51,6 +56,7 @@ export const NotificationDispatcherLive = Layer.scopedDiscard(Effect.gen(functio
   const sql = yield* SqlClient.SqlClient
   const queue = yield* EventQueue
   const bus = yield* NotificationBus
+  const fence = yield* WriteFence
   // highest version published per task, least recently used first (a Map keeps insertion order)
   const published = new Map<string, number>()
 
@@ -72,6 +78,9 @@ export const NotificationDispatcherLive = Layer.scopedDiscard(Effect.gen(functio
         return yield* deadLetter(d, d.key, `unreadable: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`)
       }
       const e = decoded.right
+      // DEGRADED_NOTIFY, MAINTENANCE: acked without a push. Nothing is lost: the event is in task_events, where a
+      // client's snapshot (and its cursor replay, once streams open again) reads it
+      if (!(yield* fence.allows("liveNotifications"))) return yield* Metric.increment(pushesPaused)
       const last = published.get(e.aggregate_id)
       if (last !== undefined && e.aggregate_version <= last) return
       const sent = yield* bus.publish(e.project_id, JSON.stringify(liveEventOf(e))).pipe(Effect.either)

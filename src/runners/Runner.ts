@@ -27,6 +27,7 @@ import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
 import { WebhookRouteLive } from "../http/WebhookRoute.js"
 import { CallbackInbox } from "../intake/CallbackInbox.js"
+import { InboxAdmin } from "../intake/InboxAdmin.js"
 import { InboxProcessorLive } from "../intake/InboxProcessor.js"
 import { WebhookGateway } from "../intake/Webhooks.js"
 import * as ObjectStore from "../output/ObjectStore.js"
@@ -36,6 +37,9 @@ import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import * as Database from "../persistence/Database.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { EventRetentionLive } from "../persistence/EventRetention.js"
+import { FenceControl } from "../persistence/FenceControl.js"
+import { OperatorAudit } from "../persistence/OperatorAudit.js"
+import { OperatorQueues } from "../persistence/OperatorQueues.js"
 import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
@@ -125,6 +129,9 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
   Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OpsPageLive)),
+  Layer.provide(
+    Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
+  ),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
   Layer.provideMerge(layerWebhooks)

@@ -15,9 +15,17 @@ export class TaskNotFound extends Schema.TaggedError<TaskNotFound>()(
 /** The write fence refused the write: this runner's region/epoch is not the active one, or the mode forbids writes. */
 export class WriteFenced extends Schema.TaggedError<WriteFenced>()(
   "WriteFenced",
-  { reason: Schema.String },
+  {
+    reason: Schema.String,
+    /** The system mode that refused it (seed 19.5.5), when a mode did (null: the region or epoch). */
+    mode: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null })
+  },
   HttpApiSchema.annotations({ status: 503 })
-) {}
+) {
+  override get message() {
+    return this.reason
+  }
+}
 
 /** The version CAS kept failing after reloads: another writer keeps winning (should not happen under sharding). */
 export class VersionConflict extends Schema.TaggedError<VersionConflict>()(
@@ -102,4 +110,18 @@ export class Forbidden extends Schema.TaggedError<Forbidden>()(
   "Forbidden",
   { message: Schema.String },
   HttpApiSchema.annotations({ status: 403 })
+) {}
+
+/** An operator's request that cannot be carried out as asked (a mode without its providers, a task not in review). */
+export class OperationRefused extends Schema.TaggedError<OperationRefused>()(
+  "OperationRefused",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 409 })
+) {}
+
+/** What an operator named does not exist (an inbox row, a dead letter, a reconciliation). */
+export class NotFound extends Schema.TaggedError<NotFound>()(
+  "NotFound",
+  { message: Schema.String },
+  HttpApiSchema.annotations({ status: 404 })
 ) {}
