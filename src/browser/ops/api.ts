@@ -37,8 +37,8 @@ export interface AuditChange {
   readonly at: string
   readonly operator: string
   readonly what: string
-  readonly from: string
-  readonly to: string
+  readonly from: string | null
+  readonly to: string | null
   readonly reason: string
 }
 export interface Outbox {
@@ -46,7 +46,7 @@ export interface Outbox {
   readonly oldest_age_seconds: number | null
 }
 export interface InboxRow {
-  readonly id: string
+  readonly id: number
   readonly provider: string
   readonly received_at: string
   readonly attempts: number
@@ -64,15 +64,15 @@ export interface ReviewTask {
   readonly task_id: string
   readonly tenant_id: string
   readonly project_id: string
-  readonly provider: string
+  readonly provider: string | null
   readonly status: string
   readonly since: string
   readonly reason: string | null
 }
 export interface Reconciliation {
-  readonly id: string | number
+  readonly id: number
   readonly task_id: string
-  readonly attempt_id: string
+  readonly attempt_id: string | null
   readonly reason: string
   readonly created_at: string
 }

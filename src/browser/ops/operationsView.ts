@@ -72,12 +72,12 @@ const inboxRow = (which: "dead" | "orphans") => (r: InboxRow) =>
   h(
     "tr",
     {},
-    h("td", { class: "mono", title: r.id }, r.id.slice(0, 8)),
+    h("td", { class: "mono" }, String(r.id)),
     h("td", {}, r.provider),
     h("td", { class: "num attempts" }),
     h("td", { class: "error-text" }),
     h("td", { class: "when" }),
-    h("td", {}, replayButton("Replay", () => call("POST", "/admin/inbox/replay", { id: r.id, which })))
+    h("td", {}, replayButton("Replay", () => call("POST", "/admin/inbox/replay", { id: String(r.id), which })))
   )
 
 const updateQueueRow = (
@@ -118,7 +118,7 @@ const reviewRow = (t: ReviewTask) => {
     { "data-task-id": t.task_id },
     h("td", { class: "mono", title: t.task_id }, t.task_id.slice(0, 8)),
     h("td", { class: "mono", title: `tenant ${t.tenant_id}\nproject ${t.project_id}` }, t.tenant_id.slice(0, 8)),
-    h("td", {}, t.provider),
+    h("td", {}, t.provider ?? "–"),
     h("td", { class: "status" }),
     h("td", { class: "when" }),
     h("td", { class: "error-text" }),
@@ -151,7 +151,7 @@ const reconciliationRow = (r: Reconciliation) => {
     "tr",
     {},
     h("td", { class: "mono" }, String(r.id)),
-    h("td", { class: "mono", title: `task ${r.task_id}\nattempt ${r.attempt_id}` }, r.task_id.slice(0, 8)),
+    h("td", { class: "mono", title: `task ${r.task_id}\nattempt ${r.attempt_id ?? "–"}` }, r.task_id.slice(0, 8)),
     h("td", { class: "error-text", title: r.reason }, r.reason),
     h("td", { class: "when" }),
     h("td", { class: "actions" }, reason, resolve)
@@ -165,7 +165,7 @@ const auditRow = (c: AuditChange) =>
     h("td", { class: "when", title: c.at }),
     h("td", {}, c.operator),
     h("td", {}, c.what),
-    h("td", { class: "mono" }, `${c.from} → ${c.to}`),
+    h("td", { class: "mono" }, `${c.from ?? "–"} → ${c.to ?? "–"}`),
     h("td", { class: "error-text", title: c.reason }, c.reason)
   )
 
@@ -203,12 +203,12 @@ export const refreshOperations = async (): Promise<ReadonlyArray<ApiFailure>> =>
   section(inboxDead, "inbox", () => {
     if (!inboxDead.ok) return
     count("inbox-dead-count", inboxDead.value.rows.length)
-    syncRows(body("inbox-dead-rows"), inboxDead.value.rows, (r) => r.id, inboxRow("dead"), updateQueueRow)
+    syncRows(body("inbox-dead-rows"), inboxDead.value.rows, (r) => String(r.id), inboxRow("dead"), updateQueueRow)
   })
   section(orphans, "inbox", () => {
     if (!orphans.ok) return
     count("inbox-orphans-count", orphans.value.rows.length)
-    syncRows(body("inbox-orphans-rows"), orphans.value.rows, (r) => r.id, inboxRow("orphans"), updateQueueRow)
+    syncRows(body("inbox-orphans-rows"), orphans.value.rows, (r) => String(r.id), inboxRow("orphans"), updateQueueRow)
   })
   section(review, "review", () => {
     if (!review.ok) return
