@@ -149,6 +149,13 @@ export class LiveClient {
         this.cursor = (JSON.parse((e as MessageEvent<string>).data) as { cursor: string }).cursor
         void this.snapshotUntilDone(false)
       })
+      source.addEventListener("mode", () => {
+        // the operators paused live pushes (DEGRADED_NOTIFY): poll snapshots now, and keep trying the stream (it is
+        // refused with 503 until pushes resume), resuming by cursor when it opens
+        source.close()
+        if (this.pollTimer === undefined) this.startPolling()
+        this.retry()
+      })
       source.onerror = () => {
         // EventSource would retry at a fixed interval by itself: close it and back off with jitter instead
         source.close()

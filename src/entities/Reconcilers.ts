@@ -8,6 +8,9 @@ import { TaskClient } from "./TaskClient.js"
 import { LifecycleSettings } from "./TaskLifecycle.js"
 import { wakeTasks } from "./wakeTasks.js"
 
+/** Unknown submits woken per round; the next round takes the next page. */
+const UNKNOWN_PAGE = 500
+
 export const ReconcilerSettings = S.area("Reconcilers", "re-driving facts that should have moved and did not", {
   interval: S.duration("RECONCILE_INTERVAL", "how often the reconcilers run", "30 seconds"),
   outputMargin: S.duration(
@@ -50,13 +53,26 @@ export const ReconcilersLive = Singleton.make(
       }
     })
 
-    /** Submissions whose outcome is still unknown: their entity resolves them (lookup, callback, or a human). */
+    /**
+     * Submissions whose outcome is still unknown: their entity resolves them (lookup, callback, or a human). A
+     * keyset cursor pages through the backlog, UNKNOWN_PAGE tasks a round, and starts over after the last page: the
+     * oldest page alone was read every round before, so 500 stuck tasks hid every newer one. Tasks in manual_review
+     * wait for a human (the entity does nothing on a wake), so they are not woken at all.
+     */
+    let after: { since: Date; taskId: string } | null = null
     const unknownSubmits = Effect.gen(function*() {
-      const rows = yield* sql<{ task_id: string }>`
-        SELECT a.task_id FROM task_attempts a JOIN generation_tasks t ON t.current_attempt_id = a.id
+      const from = after
+      const rows = yield* sql<{ task_id: string; since: Date }>`
+        SELECT a.task_id, COALESCE(a.unknown_since, a.submit_started_at) AS since
+        FROM task_attempts a JOIN generation_tasks t ON t.current_attempt_id = a.id
         WHERE a.submit_state IN ('SUBMITTING', 'SUBMIT_UNKNOWN') AND t.terminal_at IS NULL
+          AND t.status <> 'manual_review'
           AND COALESCE(a.unknown_since, a.submit_started_at) < now() - make_interval(secs => ${secs(unknownAfter)})
-        ORDER BY COALESCE(a.unknown_since, a.submit_started_at) LIMIT 500`
+          AND (${from === null} OR (COALESCE(a.unknown_since, a.submit_started_at), a.task_id)
+               > (${from?.since ?? new Date(0)}, ${from?.taskId ?? "00000000-0000-0000-0000-000000000000"}::uuid))
+        ORDER BY COALESCE(a.unknown_since, a.submit_started_at), a.task_id LIMIT ${UNKNOWN_PAGE}`
+      const last = rows[rows.length - 1]
+      after = rows.length < UNKNOWN_PAGE || last === undefined ? null : { since: last.since, taskId: last.task_id }
       if (rows.length > 0) yield* wakeTasks(tasks, rows.map((r) => r.task_id), "reconcile-submit-unknown")
     })
 

@@ -5,9 +5,11 @@
  */
 import { Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
+import { allows } from "../domain/systemModes.js"
 import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
 import type { CursorProblem, EventLog, StreamEvent } from "../persistence/EventLog.js"
+import { WriteFence } from "../persistence/WriteFence.js"
 import { OriginPolicy, TokenSigner } from "./Auth.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { authorizeStream, EVENTS_PATH } from "./StreamAuth.js"
@@ -49,6 +51,7 @@ const SSE_HEADERS = {
 export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const routes = yield* RawRoutes
   const gateway = yield* EventGateway
+  const fence = yield* WriteFence
   const { sseHeartbeat: heartbeat, sseRetryMs: retryMs, writeDeadline: deadline } = yield* StreamSettings.config
   const deadlineMs = Duration.toMillis(deadline)
   const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
@@ -135,6 +138,17 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     const ping = `: ping ${Math.floor(Date.now() / 1000)}\n\n`
     for (const res of open) if (!blocked.has(res)) res.write(ping)
   }).pipe(Effect.zipRight(Effect.sleep(heartbeat)), Effect.forever, Effect.forkScoped)
+
+  // live notifications paused (DEGRADED_NOTIFY): every stream is told why, in an `event: mode` frame, and ended; the
+  // browser client then polls snapshots (a new stream is refused with 503 naming the mode until pushes resume), and
+  // when it reconnects it replays from its cursor: task_events kept everything meanwhile
+  yield* Effect.sync(() => {
+    const { mode } = fence.view()
+    if (open.size === 0 || allows(mode, "liveNotifications")) return
+    const frame = `event: mode\ndata: ${JSON.stringify({ mode, live: false })}\n\n`
+    for (const res of open) res.end(frame)
+    open.clear()
+  }).pipe(Effect.zipRight(Effect.sleep("1 second")), Effect.forever, Effect.forkScoped)
 
   // shutting down: end every stream so that its client reconnects (to another runner) and resumes by cursor
   yield* Effect.addFinalizer(() => Effect.sync(() => open.forEach((res) => res.end())))

@@ -21,7 +21,32 @@ interface Route<H> {
 export class RawRoutes extends Context.Tag("RawRoutes")<RawRoutes, {
   readonly request: (matches: (path: string) => boolean, handle: RequestHandler) => Effect.Effect<void>
   readonly upgrade: (matches: (path: string) => boolean, handle: UpgradeHandler) => Effect.Effect<void>
+  /** A check before every route, raw or not (the system mode's gates): a Refusal is the answer, nothing else runs. */
+  readonly gate: (check: Gate) => Effect.Effect<void>
 }>() {}
+
+/** An answer given instead of the route: a status, a JSON body and how long to wait before trying again. */
+export interface Refusal {
+  readonly status: number
+  readonly body: Record<string, unknown>
+  readonly retryAfterSeconds: number
+}
+export type Gate = (path: string) => Refusal | undefined
+
+const refuseRequest = (res: ServerResponse, r: Refusal) =>
+  res.writeHead(r.status, {
+    "content-type": "application/json",
+    "cache-control": "no-store",
+    "retry-after": String(r.retryAfterSeconds)
+  }).end(JSON.stringify(r.body))
+
+const refuseSocket = (socket: Duplex, r: Refusal) => {
+  const body = JSON.stringify(r.body)
+  socket.end(
+    `HTTP/1.1 ${r.status} Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: ${r.retryAfterSeconds}\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+  )
+}
 
 const pathOf = (request: IncomingMessage) => {
   const url = request.url ?? "/"
@@ -34,10 +59,25 @@ export const makeServer = (): { readonly server: Server; readonly routes: RawRou
   const server = createServer()
   const requests: Array<Route<RequestHandler>> = []
   const upgrades: Array<Route<UpgradeHandler>> = []
+  const gates: Array<Gate> = []
+  const refusalOf = (path: string) => {
+    for (const gate of gates) {
+      const refusal = gate(path)
+      if (refusal !== undefined) return refusal
+    }
+    return undefined
+  }
   const emit = server.emit.bind(server) as (event: string, ...args: Array<any>) => boolean
   server.emit = ((event: string, ...args: Array<any>) => {
     if (event === "request") {
       const path = pathOf(args[0])
+      const refusal = refusalOf(path)
+      if (refusal !== undefined) {
+        // the body is not read: the connection closes after the answer
+        args[1].shouldKeepAlive = false
+        refuseRequest(args[1], refusal)
+        return true
+      }
       const route = requests.find((r) => r.matches(path))
       if (route !== undefined) {
         route.handle(args[0], args[1])
@@ -45,6 +85,11 @@ export const makeServer = (): { readonly server: Server; readonly routes: RawRou
       }
     } else if (event === "upgrade") {
       const path = pathOf(args[0])
+      const refusal = refusalOf(path)
+      if (refusal !== undefined) {
+        refuseSocket(args[1], refusal)
+        return true
+      }
       const route = upgrades.find((r) => r.matches(path))
       if (route !== undefined) {
         route.handle(args[0], args[1], args[2])
@@ -55,5 +100,12 @@ export const makeServer = (): { readonly server: Server; readonly routes: RawRou
   }) as typeof server.emit
   const register = <H>(list: Array<Route<H>>) => (matches: (path: string) => boolean, handle: H) =>
     Effect.sync(() => void list.push({ matches, handle }))
-  return { server, routes: { request: register(requests), upgrade: register(upgrades) } }
+  return {
+    server,
+    routes: {
+      request: register(requests),
+      upgrade: register(upgrades),
+      gate: (check: Gate) => Effect.sync(() => void gates.push(check))
+    }
+  }
 }

@@ -20,6 +20,7 @@ import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { LivePageLive } from "../http/LivePage.js"
+import { ModeGateLive } from "../http/ModeGate.js"
 import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
@@ -134,7 +135,8 @@ export const layerHttpApp = Layer.unwrapEffect(
   ),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive)),
   Layer.provideMerge(layerEventStreams),
-  Layer.provideMerge(layerWebhooks)
+  Layer.provideMerge(layerWebhooks),
+  Layer.provideMerge(ModeGateLive)
 )
 
 export const layerHttp = (c: RunnerConfig) =>

@@ -187,7 +187,9 @@ export const OperationsHttpLive = HttpApiBuilder.group(
           }))
         .handle("reconciliations", () =>
           Effect.map(queues.reconciliations, (rows) =>
-            new ReconciliationsView({ rows: rows.map((r) => new ReconciliationView(r, trusted)) }, trusted)))
+            new ReconciliationsView({
+              rows: rows.map((r) => new ReconciliationView(r, trusted))
+            }, trusted)))
         .handle("resolveReconciliation", ({ path, payload }) =>
           Effect.gen(function*() {
             const { operator } = yield* Operator
