@@ -63,7 +63,11 @@ const signIn = async () => {
     return
   }
   session++
+  // the refusals from before this token are answered now
+  document.querySelectorAll(`#messages li[data-status="401"]`).forEach((li) => li.remove())
+  if ($("messages").children.length === 0) $("messages-box").hidden = true
   $("operator").textContent = me.value.operator
+  $("signin-note").textContent = ""
   setState("signed-in")
   const cluster = loop(CLUSTER_EVERY_MS, refreshCluster, "cluster-updated")
   const operations = loop(OPERATIONS_EVERY_MS, refreshOperations, "operations-updated")

@@ -1,7 +1,7 @@
 import { Effect, type Scope } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { type Browser, chromium } from "playwright-core"
+import { type Browser, chromium, type Page } from "playwright-core"
 import { isCI, services } from "./env.js"
 
 /**
@@ -28,3 +28,13 @@ export const artifact = (name: string) => {
   fs.mkdirSync(ARTIFACTS, { recursive: true })
   return path.join(ARTIFACTS, name)
 }
+
+/**
+ * The operator page's error lines (#messages): on a loaded machine a call may fail (503 while the database is slow),
+ * and that is allowed; each failure must still be one line naming the call, its status and the server's words.
+ */
+export const errorLinesOf = (page: Page) =>
+  Effect.promise(() => page.locator("#messages li.error .text").allTextContents())
+
+export const READABLE_ERROR_LINE =
+  /^(GET|POST|PUT) \/admin\/\S+ (→ \d{3} [A-Z][A-Za-z ]+: \S.*|: no answer within .*|: the runner did not answer .*)$/
