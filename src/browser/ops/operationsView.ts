@@ -165,7 +165,7 @@ const auditRow = (c: AuditChange) =>
     h("td", { class: "when", title: c.at }),
     h("td", {}, c.operator),
     h("td", {}, c.what),
-    h("td", { class: "mono" }, `${c.from ?? "–"} → ${c.to ?? "–"}`),
+    h("td", { class: "mono change" }, `${c.from ?? "–"} → ${c.to ?? "–"}`),
     h("td", { class: "error-text", title: c.reason }, c.reason)
   )
 

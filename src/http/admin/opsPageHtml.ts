@@ -35,7 +35,8 @@ const style = `
   .num { text-align: right; font-variant-numeric: tabular-nums; }
   .mono, code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12px; }
   .error-text { max-width: 360px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; color: var(--muted); }
-  .when { white-space: nowrap; color: var(--muted); }
+  .when, .change { white-space: nowrap; color: var(--muted); }
+  .change { color: var(--ink); }
   .actions { white-space: nowrap; }
   .actions > * { margin-right: 4px; }
   button { font: inherit; font-size: 12px; padding: 2px 9px; border: 1px solid #b9c0cb; border-radius: 4px;
@@ -193,7 +194,7 @@ export const opsPageHtml = (development: boolean) =>
         </table>
       </section>
       <section id="dead-letters">
-        <h2>Dead letters (outbox) <span class="count" id="dead-letters-count">–</span>
+        <h2>Dead letters (notifications) <span class="count" id="dead-letters-count">–</span>
           <span class="tools"><button id="dead-letters-replay-all" type="button">Replay all</button></span></h2>
         <table>
           <thead><tr><th>id</th><th>task</th><th class="num">attempts</th><th>error</th><th>created</th><th></th></tr></thead>
