@@ -40,13 +40,26 @@ const handle = (failures: ReadonlyArray<ApiFailure>): boolean => {
 const loop = (every: number, refresh: () => Promise<ReadonlyArray<ApiFailure>>, stamp: string) => {
   const mine = session
   let timer: ReturnType<typeof setTimeout> | undefined
+  let running = false
+  let again = false
   const run = async () => {
+    // asked while a round is out (an action's refresh): one more round right after it, never two at once
+    if (running) return void (again = true)
     clearTimeout(timer)
     if (mine !== session) return
-    if (!document.hidden) {
-      const failures = await refresh()
-      if (mine !== session || !handle(failures)) return
-      if (failures.length === 0) $(stamp).textContent = new Date().toLocaleTimeString([], { hour12: false })
+    running = true
+    try {
+      if (!document.hidden) {
+        const failures = await refresh()
+        if (mine !== session || !handle(failures)) return
+        if (failures.length === 0) $(stamp).textContent = new Date().toLocaleTimeString([], { hour12: false })
+      }
+    } finally {
+      running = false
+    }
+    if (again) {
+      again = false
+      return void run()
     }
     timer = setTimeout(run, every)
   }

@@ -27,9 +27,9 @@ const signed = <A>(f: (s: TokenSigner) => Effect.Effect<A>) =>
 
 /**
  * A runner process on `url`, with AUTH_SECRET; started again on other ports when one of its ports was taken between
- * being handed out and bound (other test runs on this machine draw from the same block).
+ * being handed out and bound (test runs of other worktrees on this machine draw from the same block).
  */
-const startRunner = (url: string) =>
+const startRunner = (url: string, operatorToken: string) =>
   Effect.acquireRelease(
     Effect.promise(async () => {
       for (let attempt = 1;; attempt++) {
@@ -44,10 +44,17 @@ const startRunner = (url: string) =>
         })
         try {
           await waitForHttp(httpPort, proc)
+          // the answer came from this runner, not from another test's that holds the port: only this file's secret
+          // verifies this operator token
+          const whoami = await fetch(`http://127.0.0.1:${httpPort}/admin/whoami`, {
+            headers: { authorization: `Bearer ${operatorToken}` }
+          })
+          if (whoami.status !== 200) throw new Error(`port ${httpPort} is another runner's (whoami ${whoami.status})`)
           return { ...proc, httpPort, address: `127.0.0.1:${runnerPort}` }
         } catch (e) {
           proc.child.kill("SIGKILL")
-          if (attempt < 3 && proc.output().includes("EADDRINUSE")) continue
+          const taken = proc.output().includes("EADDRINUSE") || String(e).includes("another runner's")
+          if (attempt < 3 && taken) continue
           throw e
         }
       }
@@ -112,7 +119,7 @@ describe.skipIf(noDatabase || noBrowser)("the operator page against runner proce
     () =>
       Effect.gen(function*() {
         const { url } = yield* makeTestDatabaseUrl
-        const a = yield* startRunner(url)
+        const a = yield* startRunner(url, yield* signed((s) => s.signOperator("page-test")))
         const base = `http://127.0.0.1:${a.httpPort}`
 
         // AUTH_SECRET is set: the development-token route does not exist (not merely refusing), whoever asks
@@ -157,14 +164,15 @@ describe.skipIf(noDatabase || noBrowser)("the operator page against runner proce
       Effect.gen(function*() {
         const { url } = yield* makeTestDatabaseUrl
         // one at a time: the first creates @effect/cluster's tables
-        const a = yield* startRunner(url)
-        const b = yield* startRunner(url)
+        const operatorToken = yield* signed((s) => s.signOperator("page-test"))
+        const a = yield* startRunner(url, operatorToken)
+        const b = yield* startRunner(url, operatorToken)
         const base = `http://127.0.0.1:${a.httpPort}`
         const { page, pageErrors } = yield* openOps(base)
         yield* Effect.promise(() => page.waitForSelector(REFUSED, { timeout: scaled(15_000) }))
 
         // an operator token: both runners, healthy, and every shard painted in one of their colors
-        yield* paste(page, yield* signed((s) => s.signOperator("page-test")))
+        yield* paste(page, operatorToken)
         yield* Effect.promise(() => page.waitForSelector(`#operator:text("page-test")`, { timeout: scaled(15_000) }))
         const runners = [a.address, b.address]
         yield* waitInPage(
