@@ -69,12 +69,20 @@ const startRunner = (url: string, operatorToken: string) =>
       })
   )
 
-/** Waits, in the page, until `predicate(arg)` holds (the page's DOM, re-checked on every animation frame). */
-const waitInPage = <A>(page: Page, predicate: (arg: A) => boolean, arg: A, timeout: number) =>
-  Effect.promise(() =>
-    // the argument is plain JSON (strings, numbers, arrays of them): it reaches the page as it is
-    page.waitForFunction(predicate as (arg: unknown) => boolean, arg, { timeout: scaled(timeout) })
-  )
+/**
+ * Waits, in the page, until `predicate(arg)` holds (the page's DOM, re-checked on every animation frame); when it
+ * does not within `timeout`, the failure names `what` and the page is kept as test-artifacts/ops-page-failed.png.
+ */
+const waitInPage = <A>(page: Page, what: string, predicate: (arg: A) => boolean, arg: A, timeout: number) =>
+  Effect.promise(async () => {
+    try {
+      // the argument is plain JSON (strings, numbers, arrays of them): it reaches the page as it is
+      await page.waitForFunction(predicate as (arg: unknown) => boolean, arg, { timeout: scaled(timeout) })
+    } catch (e) {
+      await page.screenshot({ path: artifact("ops-page-failed.png"), fullPage: true }).catch(() => undefined)
+      throw new Error(`the page never showed ${what}: ${String(e)}`)
+    }
+  })
 
 /** How many shard squares the page paints in `runner`'s color (by the runner each square says holds it). */
 const paintedFor = (page: Page, runner: string) =>
@@ -177,6 +185,7 @@ describe.skipIf(noDatabase || noBrowser)("the operator page against runner proce
         const runners = [a.address, b.address]
         yield* waitInPage(
           page,
+          "both runners healthy, every shard held by one of them",
           (addresses) =>
             addresses.every((address) =>
               document.querySelector(`#runners tr[data-address="${address}"][data-healthy="true"]`) !== null &&
@@ -195,6 +204,7 @@ describe.skipIf(noDatabase || noBrowser)("the operator page against runner proce
         yield* Effect.promise(() => page.click(`#runners tr[data-address="${a.address}"] button.drain`))
         yield* waitInPage(
           page,
+          "the drained runner's first shard moving",
           ([address, before]) => document.querySelectorAll(`.shard[data-runner="${address}"]`).length < before,
           [a.address, heldByA] as [string, number],
           60_000
@@ -203,6 +213,7 @@ describe.skipIf(noDatabase || noBrowser)("the operator page against runner proce
         yield* Effect.promise(() => page.screenshot({ path: artifact("ops-page-2-during-drain.png"), fullPage: true }))
         yield* waitInPage(
           page,
+          "every shard on the other runner",
           ([address, other, all]) =>
             document.querySelector(`#runners tr[data-address="${address}"][data-draining="true"]`) !== null &&
             document.querySelectorAll(`.shard[data-runner="${other}"]`).length === all,
@@ -222,6 +233,7 @@ describe.skipIf(noDatabase || noBrowser)("the operator page against runner proce
         yield* Effect.promise(() => page.click(`#runners tr[data-address="${a.address}"] button.undrain`))
         yield* waitInPage(
           page,
+          "the undrained runner holding shards again",
           (address) =>
             document.querySelector(`#runners tr[data-address="${address}"][data-draining="false"]`) !== null &&
             document.querySelectorAll(`.shard[data-runner="${address}"]`).length > 0,
