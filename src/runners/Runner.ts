@@ -14,6 +14,7 @@ import { AdminHttpLive } from "../http/admin/AdminHttp.js"
 import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
 import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
+import { OpsPageLive } from "../http/admin/OpsPage.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
@@ -135,7 +136,7 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive)),
+  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OpsPageLive)),
   Layer.provide(
     Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
   ),

@@ -5,12 +5,12 @@ import { Duration, Effect, Layer } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { chromium } from "playwright-core"
 import { SESSION_COOKIE, TokenSigner } from "../../src/http/Auth.js"
 import type { TenantId, UserId } from "../../src/schema/ids.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
+import { artifact, launchBrowser, noBrowser } from "../support/browser.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
-import { isCI, scaled, services } from "../support/env.js"
+import { scaled } from "../support/env.js"
 import { until } from "../support/propagation.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
@@ -22,12 +22,6 @@ import { startTcpProxy } from "../support/tcpProxy.js"
  * session), creates tasks against the provider simulator, and shows them move to ready over SSE — across a cut of
  * every connection between the browser and the runner.
  */
-const CHROMIUM = services.chromiumPath
-const noBrowser = !fs.existsSync(CHROMIUM)
-if (noBrowser && isCI) {
-  throw new Error(`CI=true but there is no browser at ${CHROMIUM}: the live page test must not be skipped in CI`)
-}
-const ARTIFACTS = path.resolve("test-artifacts")
 
 const [httpPort, simPort] = await Effect.runPromise(Effect.all([freePort, freePort]))
 const platform = `http://127.0.0.1:${httpPort}`
@@ -62,10 +56,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
           Effect.promise(() => startTcpProxy(httpPort)),
           (p) => Effect.promise(() => p.close())
         )
-        const browser = yield* Effect.acquireRelease(
-          Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] })),
-          (b) => Effect.promise(() => b.close())
-        )
+        const browser = yield* launchBrowser
         const page = yield* Effect.promise(() => browser.newPage())
         const consoleErrors: Array<string> = []
         page.on("pageerror", (e) => consoleErrors.push(e.message))
@@ -101,8 +92,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
             { timeout: scaled(90_000) }
           )
         )
-        fs.mkdirSync(ARTIFACTS, { recursive: true })
-        yield* Effect.promise(() => page.screenshot({ path: path.join(ARTIFACTS, "live-page.png"), fullPage: true }))
+        yield* Effect.promise(() => page.screenshot({ path: artifact("live-page.png"), fullPage: true }))
 
         // every version each task went through reached the page from the stream, in order, none missing
         const seen = yield* Effect.promise(() =>
@@ -130,10 +120,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
       Effect.gen(function*() {
         const simulator = yield* Sim
         yield* simulator.setFaults({ jobDurationMs: 1500, outcomes: { succeeded: 1, failed: 0, canceled: 0 } })
-        const browser = yield* Effect.acquireRelease(
-          Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] })),
-          (b) => Effect.promise(() => b.close())
-        )
+        const browser = yield* launchBrowser
         const page = yield* Effect.promise(() => browser.newPage())
         yield* Effect.promise(() => page.goto(`${platform}/`))
         const waitFor = (selector: string, timeout = 30_000) =>
@@ -176,10 +163,7 @@ describe.skipIf(noDatabase || noBrowser)("the live task page in Chromium", () =>
           TokenSigner,
           (s) => s.sign({ tenant_id: tenant as TenantId, sub: uuid() as UserId, projects: "*" })
         )
-        const browser = yield* Effect.acquireRelease(
-          Effect.promise(() => chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] })),
-          (b) => Effect.promise(() => b.close())
-        )
+        const browser = yield* launchBrowser
         const page = yield* Effect.promise(async () => {
           const context = await browser.newContext()
           await context.addCookies([{ name: SESSION_COOKIE, value: token, url: platform }])
