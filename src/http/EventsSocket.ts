@@ -11,8 +11,10 @@ import { transportMetrics } from "../gateway/deliveryMetrics.js"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
 import { type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
+import { WriteFence } from "../persistence/WriteFence.js"
 import { traced } from "../tracing/TraceId.js"
 import type { OriginPolicy, TokenSigner } from "./Auth.js"
+import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { authorizeStream, EVENTS_PATH, StreamRefused } from "./StreamAuth.js"
 import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
@@ -60,6 +62,7 @@ const refuseUpgrade =
 export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const routes = yield* RawRoutes
   const gateway = yield* EventGateway
+  const fence = yield* WriteFence
   const c = yield* StreamSettings.config
   const { wsMaxFrame: maxFrame, wsPingInterval: pingEvery, wsSendBuffer: sendBuffer, writeDeadline: deadline } = c
   const deadlineMs = Duration.toMillis(deadline)
@@ -183,6 +186,16 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
       ws.ping()
     }
   }).pipe(Effect.zipRight(Effect.sleep(pingEvery)), Effect.forever, Effect.forkScoped)
+
+  // live notifications paused (DEGRADED_NOTIFY): as on SSE, every socket is told why in a `mode` message and closed
+  // with 1013 (try again later); a new one is refused with 503 naming the mode until pushes resume
+  yield* endStreamsWhileLivePaused(fence, (mode) => {
+    const message = JSON.stringify({ type: "mode", mode, live: false })
+    alive.forEach((_, ws) => {
+      ws.send(message)
+      ws.close(1013, "live notifications paused")
+    })
+  })
 
   yield* Effect.addFinalizer(() =>
     Effect.sync(() => {

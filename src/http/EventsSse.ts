@@ -5,7 +5,6 @@
  */
 import { Duration, Effect, type Fiber, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
-import { allows } from "../domain/systemModes.js"
 import { transportMetrics } from "../gateway/deliveryMetrics.js"
 import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
@@ -13,6 +12,7 @@ import { type CursorProblem, type EventLog, framePayload, type StreamEvent } fro
 import { WriteFence } from "../persistence/WriteFence.js"
 import { newTraceId, traced } from "../tracing/TraceId.js"
 import { OriginPolicy, TokenSigner } from "./Auth.js"
+import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { authorizeStream, EVENTS_PATH } from "./StreamAuth.js"
 import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
@@ -160,16 +160,13 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     for (const res of open) if (blocked.has(res) || !res.write(ping)) metrics.heartbeatFailed()
   }).pipe(Effect.zipRight(Effect.sleep(heartbeat)), Effect.forever, Effect.forkScoped)
 
-  // live notifications paused (DEGRADED_NOTIFY): every stream is told why, in an `event: mode` frame, and ended; the
-  // browser client then polls snapshots (a new stream is refused with 503 naming the mode until pushes resume), and
-  // when it reconnects it replays from its cursor: task_events kept everything meanwhile
-  yield* Effect.sync(() => {
-    const { mode } = fence.view()
-    if (open.size === 0 || allows(mode, "liveNotifications")) return
+  // live notifications paused (DEGRADED_NOTIFY): every stream is told why, in an `event: mode` frame, and ended (a new
+  // stream is refused with 503 naming the mode until pushes resume)
+  yield* endStreamsWhileLivePaused(fence, (mode) => {
     const frame = `event: mode\ndata: ${JSON.stringify({ mode, live: false })}\n\n`
     for (const res of open) res.end(frame)
     open.clear()
-  }).pipe(Effect.zipRight(Effect.sleep("1 second")), Effect.forever, Effect.forkScoped)
+  })
 
   // shutting down: end every stream so that its client reconnects (to another runner) and resumes by cursor
   yield* Effect.addFinalizer(() => Effect.sync(() => open.forEach((res) => res.end())))

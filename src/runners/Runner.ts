@@ -4,6 +4,7 @@ import { Effect, Layer, Stream } from "effect"
 import { RunnerControls } from "../cluster/RunnerControls.js"
 import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
 import { ReconcilersLive } from "../entities/Reconcilers.js"
+import { ResumeOnAcquireLive } from "../entities/ResumeOnAcquire.js"
 import { SweeperLive } from "../entities/Sweeper.js"
 import { TaskClient } from "../entities/TaskClient.js"
 import { TaskLifecycle } from "../entities/TaskLifecycle.js"
@@ -96,7 +97,15 @@ export const layerRunnerWith = <E, R, A2, E2, R2>(
   lifecycle: Layer.Layer<TaskLifecycle, E, R>,
   propagation: Layer.Layer<A2, E2, R2>
 ) =>
-  Layer.mergeAll(InboxProcessorLive, SweeperLive, ReconcilersLive, EventRetentionLive, MetricsSamplerLive, propagation)
+  Layer.mergeAll(
+    InboxProcessorLive,
+    SweeperLive,
+    ResumeOnAcquireLive,
+    ReconcilersLive,
+    EventRetentionLive,
+    MetricsSamplerLive,
+    propagation
+  )
     .pipe(
       Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
       Layer.provideMerge(layerCluster(c)),

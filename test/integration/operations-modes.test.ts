@@ -5,6 +5,7 @@ import { Duration, Effect, Layer } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import WebSocket from "ws"
 import { modeGates, type SystemMode } from "../../src/domain/systemModes.js"
 import { TokenSigner } from "../../src/http/Auth.js"
 import { Projects } from "../../src/persistence/Projects.js"
@@ -96,6 +97,19 @@ const setMode = (mode: SystemMode, providers?: ReadonlyArray<string>) =>
     c.operations.setMode({
       payload: { mode, reason: `test: ${mode}`, ...(providers === undefined ? {} : { providers }) }
     })).pipe(Effect.orDie)
+
+/** A WebSocket on the events route with a bearer token, once open: the messages it got, and its close code. */
+const openSocket = (url: string, token: string) =>
+  Effect.async<{ readonly messages: () => Array<unknown>; readonly closed: () => number | undefined }>((resume) => {
+    const socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } })
+    const messages: Array<unknown> = []
+    let closed: number | undefined
+    socket.on("message", (data) => messages.push(JSON.parse(String(data))))
+    socket.on("close", (code) => (closed = code))
+    socket.on("open", () => resume(Effect.succeed({ messages: () => messages, closed: () => closed })))
+    socket.on("unexpected-response", (_req, res) => resume(Effect.dieMessage(`WebSocket refused: ${res.statusCode}`)))
+    socket.on("error", (e) => resume(Effect.die(e)))
+  })
 
 describe.skipIf(noDatabase)("system modes through the admin API (seed 19.5.5, 19.10.2)", () => {
   layer(TestLayer, { timeout: scaled(180_000), excludeTestServices: true })((it) => {
@@ -237,11 +251,16 @@ describe.skipIf(noDatabase)("system modes through the admin API (seed 19.5.5, 19
         const events = `${platform}/v1/projects/${project}/events`
         const stream = yield* openSse(events, { authorization: `Bearer ${token}` })
         expect(stream.status).toBe(200)
+        const socket = yield* openSocket(`${events.replace("http:", "ws:")}/ws`, token)
         yield* setMode("DEGRADED_NOTIFY")
         yield* eventually(Effect.sync(() => stream.ended()), (ended) => ended)
         expect(stream.events.find((e) => e.event === "mode")?.data).toBe(
           JSON.stringify({ mode: "DEGRADED_NOTIFY", live: false })
         )
+        // an open WebSocket is told too, and closed with 1013 (try again later)
+        yield* eventually(Effect.sync(() => socket.closed()), (code) => code !== undefined)
+        expect(socket.closed()).toBe(1013)
+        expect(socket.messages()).toContainEqual({ type: "mode", mode: "DEGRADED_NOTIFY", live: false })
         const refused = yield* openSse(events, { authorization: `Bearer ${token}` })
         expect(refused.status).toBe(503)
         expect(JSON.parse(refused.body())).toMatchObject({ mode: "DEGRADED_NOTIFY" })

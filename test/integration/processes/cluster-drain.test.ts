@@ -17,6 +17,8 @@ import { layerSim, Sim } from "../../support/simulator.js"
 import { admitTask } from "../../support/tasks.js"
 
 const TASKS = 200
+/** After its shard moved, a task's entity is woken by the new owner's next look (ResumeOnAcquire, every 500 ms). */
+const RESUME_ALLOWANCE_MS = scaled(1_000)
 const AUTH_SECRET = "cluster-drain-test-secret-0123456789abcdef"
 const suffix = crypto.randomUUID().slice(0, 8)
 const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
@@ -58,6 +60,9 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
     PROVIDER_TIMEOUT: "10 seconds",
     SWEEP_INTERVAL: "1 second",
     SWEEP_GRACE: "2 seconds",
+    // a submission cut short while the two runners share out the shards at start is resolved by the unknown-submit
+    // reconciler (a lookup): every 2 s here rather than 30, so that every task polls before the drains begin
+    RECONCILE_INTERVAL: "2 seconds",
     LOG_LEVEL: "WARN"
   })
 
@@ -172,8 +177,9 @@ describe.skipIf(noDatabase)("draining a runner", () => {
                 `(${lateDuring.length} polls)`
             )
             // no task misses a poll for longer than its interval plus the handoff time (lateness counts from the
-            // time its previous poll scheduled: the interval is already subtracted)
-            expect(worst).toBeLessThanOrEqual(handoff)
+            // time its previous poll scheduled: the interval is already subtracted), plus what resuming a task on
+            // its new owner takes: the owner's look for acquired shards (every 500 ms) and the entity's restart
+            expect(worst).toBeLessThanOrEqual(handoff + RESUME_ALLOWANCE_MS)
 
             // undrain: B takes its share back
             if (round === 0) {
