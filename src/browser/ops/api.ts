@@ -108,9 +108,9 @@ const statusText: Record<number, string> = {
 
 /**
  * What the server said, in one line: a tagged error's message (with its tag when the tag says more than the status
- * name already does), or the start of a text body.
+ * name already does), or the start of a text body; and the trace id the answer names (to find its log lines).
  */
-const explain = (body: string, name: string): string => {
+const explain = (body: string, name: string): { readonly said: string; readonly trace: string } => {
   try {
     const json = JSON.parse(body) as { _tag?: unknown; message?: unknown; error?: unknown; trace_id?: unknown }
     const message = typeof json.message === "string" && json.message.length > 0
@@ -120,9 +120,9 @@ const explain = (body: string, name: string): string => {
       : undefined
     const tag = typeof json._tag === "string" && json._tag !== name.replace(/ /g, "") ? json._tag : undefined
     const said = message === undefined ? tag ?? body : tag === undefined ? message : `${tag}: ${message}`
-    return typeof json.trace_id === "string" ? `${said} (trace ${json.trace_id})` : said
+    return { said, trace: typeof json.trace_id === "string" ? ` (trace ${json.trace_id})` : "" }
   } catch {
-    return body.replace(/\s+/g, " ").trim()
+    return { said: body.replace(/\s+/g, " ").trim(), trace: "" }
   }
 }
 
@@ -151,12 +151,10 @@ export const call = async <A>(method: string, path: string, body?: unknown): Pro
   const text = await res.text().catch(() => "")
   if (!res.ok) {
     const name = statusText[res.status] ?? res.statusText
-    const said = explain(text, name).slice(0, 300)
+    const { said, trace } = explain(text, name)
     const hint = res.status === 401 && bearer === null ? " (no token sent: paste an operator token)" : ""
-    return {
-      ok: false,
-      failure: new ApiFailure(res.status, `${what} → ${res.status} ${name}${said === "" ? "" : `: ${said}`}${hint}`)
-    }
+    const line = `${what} → ${res.status} ${name}${said === "" ? "" : `: ${said.slice(0, 300)}`}${hint}${trace}`
+    return { ok: false, failure: new ApiFailure(res.status, line) }
   }
   if (text === "") return { ok: true, value: undefined as A }
   try {

@@ -60,9 +60,6 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
     PROVIDER_TIMEOUT: "10 seconds",
     SWEEP_INTERVAL: "1 second",
     SWEEP_GRACE: "2 seconds",
-    // a submission cut short while the two runners share out the shards at start is resolved by the unknown-submit
-    // reconciler (a lookup): every 2 s here rather than 30, so that every task polls before the drains begin
-    RECONCILE_INTERVAL: "2 seconds",
     LOG_LEVEL: "WARN"
   })
 
@@ -120,12 +117,20 @@ describe.skipIf(noDatabase)("draining a runner", () => {
           const token = yield* operatorToken(AUTH_SECRET)
           // jobs that run for the whole test: every task keeps polling
           yield* simulator.setFaults({ jobDurationMs: 20 * 60_000 })
-          yield* Effect.forEach(Array.from({ length: TASKS }), () => admitTask({ provider: "runway" }), {
-            concurrency: 8
-          })
           const a = yield* runner(url, httpA, runnerA)
           const b = yield* runner(url, httpB, runnerB)
           yield* Effect.promise(() => Promise.all([waitForHttp(httpA, a), waitForHttp(httpB, b)]))
+          // the tasks arrive once both runners share the shards (the sweeper starts them): what is measured is the
+          // drain, not two runners sharing out the shards at start, which cuts submissions short (they then wait
+          // SUBMIT_UNKNOWN_GRACE and a reconciler round to be resolved)
+          yield* until(
+            "both runners hold shards",
+            shardCounts(httpA, token),
+            (c) => (c.get(A) ?? 0) > 0 && (c.get(B) ?? 0) > 0
+          )
+          yield* Effect.forEach(Array.from({ length: TASKS }), () => admitTask({ provider: "runway" }), {
+            concurrency: 8
+          })
           // every task submitted and polled before the drain; a straggler is reported at the end, after the figures
           yield* until("every task polled", polls, (rows) => rows.every((r) => r.last !== null), "90 seconds").pipe(
             Effect.catchAllDefect((e) =>
@@ -133,11 +138,6 @@ describe.skipIf(noDatabase)("draining a runner", () => {
             )
           )
           const polledBefore = new Set((yield* polls).filter((r) => r.last !== null).map((r) => r.id))
-          yield* until(
-            "both runners hold shards",
-            shardCounts(httpA, token),
-            (c) => (c.get(A) ?? 0) > 0 && (c.get(B) ?? 0) > 0
-          )
 
           const watch = yield* watchPolls
           const handoffs: Array<number> = []
