@@ -223,7 +223,7 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
         const url = yield* DbUrl
         const sql = yield* SqlClient.SqlClient
         // duplicated callbacks and some 429s from the query API, on jobs short enough for a test
-        yield* simulator.setFaults({ jobDurationMs: 1500, duplicateWebhooks: 0.5, rate429: 0.3, retryAfterSeconds: 0 })
+        yield* simulator.setFaults({ jobDurationMs: 1500, duplicateWebhooks: 1, rate429: 0.3, retryAfterSeconds: 0 })
         const runners = yield* Effect.all([startRunner(url, httpA, runnerA), startRunner(url, httpB, runnerB)], {
           concurrency: 2
         })
