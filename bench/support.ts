@@ -19,9 +19,81 @@ export const percentile = (xs: ReadonlyArray<number>, p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN
 }
 
+/** The library's line when a runner cannot renew its shard locks: it then gives up its shards (a self-inflicted failover). */
+export const SHARD_LOCK_LOSS = "Shard lock storage is unhealthy"
+
+/**
+ * What every bench reports beside its own figures, per runner process: the event-loop lag p99 of each window the
+ * runner closed (its `event_loop_lag_seconds{stat="p99"}`, EVENT_LOOP_LAG_WINDOW set to 1 s by startRunnerProcess),
+ * scraped from GET /metrics once a second, and how often the runner logged SHARD_LOCK_LOSS.
+ */
+export interface RunnerHealth {
+  readonly lagP99Ms: Array<number>
+  shardLockLosses: number
+  /** Stops scraping; returns the summary line's figures. */
+  readonly stop: () => { readonly lagP99Ms: number; readonly lagMaxWindowMs: number; readonly shardLockLosses: number }
+}
+
+const scrapeLagP99 = async (httpPort: number): Promise<number | undefined> => {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`, { signal: AbortSignal.timeout(2_000) }))
+      .text()
+    const line = text.split("\n").find((l) => l.startsWith("event_loop_lag_seconds{") && l.includes(`stat="p99"`))
+    return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(" ") + 1)) * 1000
+  } catch {
+    return undefined // stopping, or too busy to answer within 2 s (which the next scrape's window shows)
+  }
+}
+
+const watchHealth = (child: ChildProcess, httpPort: number, output: "inherit" | "ignore"): RunnerHealth => {
+  const health: RunnerHealth = {
+    lagP99Ms: [],
+    shardLockLosses: 0,
+    stop: () => {
+      clearInterval(timer)
+      return {
+        lagP99Ms: percentile(health.lagP99Ms, 50),
+        lagMaxWindowMs: health.lagP99Ms.length === 0 ? NaN : Math.max(...health.lagP99Ms),
+        shardLockLosses: health.shardLockLosses
+      }
+    }
+  }
+  for (const [from, to] of [[child.stdout, process.stdout], [child.stderr, process.stderr]] as const) {
+    let tail = ""
+    from?.on("data", (chunk: Buffer) => {
+      if (output === "inherit") to.write(chunk)
+      const text = tail + chunk.toString()
+      // the tail kept is one character shorter than the line: a line cut between two chunks is counted once
+      health.shardLockLosses += text.split(SHARD_LOCK_LOSS).length - 1
+      tail = text.slice(-(SHARD_LOCK_LOSS.length - 1))
+    })
+  }
+  let last = 0
+  const timer = setInterval(() => {
+    void scrapeLagP99(httpPort).then((ms) => {
+      // one figure per closed window (the gauge keeps the last window's value between closes)
+      const now = Date.now()
+      if (ms !== undefined && now - last >= 900) {
+        last = now
+        health.lagP99Ms.push(ms)
+      }
+    })
+  }, 1_000)
+  timer.unref()
+  return health
+}
+
+/** "lag p99 12 ms (worst 1 s window 40 ms), shard-lock losses 0" for several runners' summaries. */
+export const healthLine = (summaries: ReadonlyArray<ReturnType<RunnerHealth["stop"]>>) =>
+  summaries.map((h, i) =>
+    `${summaries.length > 1 ? `runner ${i + 1}: ` : ""}event-loop lag p99 ${h.lagP99Ms.toFixed(0)} ms (median of 1 s ` +
+    `windows; worst window ${h.lagMaxWindowMs.toFixed(0)} ms), "${SHARD_LOCK_LOSS}" ${h.shardLockLosses}×` +
+    (h.shardLockLosses > 0 ? "  <-- FAILOVER" : "")
+  ).join("\n")
+
 /**
  * `npm start`'s program as a child process on free ports with the given environment (and node flags); resolves
- * once its HTTP API answers.
+ * once its HTTP API answers, with a RunnerHealth watching it (stop it before the summary).
  */
 export const startRunnerProcess = async (
   env: Record<string, string>,
@@ -36,13 +108,15 @@ export const startRunnerProcess = async (
       RUNNER_PORT: String(runnerPort),
       LOG_LEVEL: "ERROR",
       EMBEDDED_SIMULATOR: "false",
+      EVENT_LOOP_LAG_WINDOW: "1 second",
       ...env
     },
-    stdio: ["ignore", output, output]
+    stdio: ["ignore", "pipe", "pipe"]
   })
+  const health = watchHealth(child, httpPort, output)
   for (let i = 0; i < 240; i++) {
     try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return { child, httpPort }
+      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return { child, httpPort, health }
     } catch {
       // starting
     }
