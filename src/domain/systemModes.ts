@@ -1,15 +1,8 @@
 import { Schema } from "effect"
+import { SYSTEM_MODES } from "./systemModeNames.js"
 
-/** The system modes of seed 19.5.5, from the least to the most degraded (seed 19.10.2's order of retreat). */
-export const SystemMode = Schema.Literal(
-  "NORMAL",
-  "DEGRADED_NOTIFY",
-  "DEGRADED_PROVIDER",
-  "QUEUE_ONLY",
-  "RECONCILE_ONLY",
-  "READ_ONLY",
-  "MAINTENANCE"
-)
+/** The system modes, decoded wherever one arrives (the admin API, the mode row). */
+export const SystemMode = Schema.Literal(...SYSTEM_MODES)
 export type SystemMode = typeof SystemMode.Type
 
 /** What a mode may let run. `"others"`: on, except for the providers listed as degraded beside the mode. */

@@ -1,4 +1,4 @@
-import { Clock, Duration, Effect, Either, Option } from "effect"
+import { Clock, Duration, Effect, Either, Metric, Option } from "effect"
 import * as Steps from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
@@ -25,6 +25,12 @@ export interface SubmitterDeps {
   readonly retryDelay: (n: number, capSeconds: number) => number
 }
 
+/** Each look at a submission the mode's gate held back (QUEUE_ONLY, RECONCILE_ONLY, DEGRADED_PROVIDER's providers…). */
+export const submissionsHeld = Metric.counter("submissions_held_by_mode_total", {
+  description: "looks at a due submission that the system mode held back (looked at again within a second)",
+  incremental: true
+})
+
 /**
  * The submission half of a task's lifecycle (seed 12.7.5): a slot, the SUBMITTING commit before the call,
  * then submitted, unknown or a new attempt; an unknown outcome is resolved by lookup by our idempotency key,
@@ -44,6 +50,7 @@ export const makeSubmitter = (
       // the mode's submission gate (src/domain/systemModes.ts), per provider in DEGRADED_PROVIDER; looked at again
       // within a second, so a mode change resumes submissions without waiting out a long sleep
       if (!(yield* fence.allows("submission", attempt.provider))) {
+        yield* Metric.increment(Metric.tagged(submissionsHeld, "provider", attempt.provider))
         return Math.min(scaled(5), 1000)
       }
       const scope = `${attempt.provider}/${attempt.model}/${s.task.tenantId}`

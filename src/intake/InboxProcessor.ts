@@ -42,6 +42,13 @@ const fencedCallbacks = Metric.counter("inbox_fenced_total", {
   description: "callbacks whose task write was fenced (mode, epoch, region): retried later, not counted as failures"
 })
 
+/** Drains skipped whole because the mode forbids writes (READ_ONLY, MAINTENANCE): the rows wait, untouched. */
+export const inboxDrainsPaused = Metric.counter("inbox_drains_paused_total", {
+  description:
+    "inbox drains skipped because the mode forbids writes: pending callbacks wait, untouched, for the window's end",
+  incremental: true
+})
+
 /** The first field of a report whose text PostgreSQL cannot store (a NUL, a lone surrogate), if any. */
 const unstorableField = (r: ProviderReport): string | undefined => {
   const texts: ReadonlyArray<readonly [string, string | null]> = [
@@ -222,7 +229,7 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   const drain = Effect.gen(function*() {
     // READ_ONLY, MAINTENANCE: rows stay pending, untouched, and are applied by the first sweep after the window
-    if (!(yield* fence.allows("writes"))) return 0
+    if (!(yield* fence.allows("writes"))) return yield* Metric.increment(inboxDrainsPaused).pipe(Effect.as(0))
     const rows = yield* claim
     yield* Effect.forEach(rows, processRow, { concurrency: 16, discard: true })
     return rows.length

@@ -1,19 +1,21 @@
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { afterAll, describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Metric } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import WebSocket from "ws"
 import { modeGates, type SystemMode } from "../../src/domain/systemModes.js"
+import { submissionsHeld } from "../../src/entities/submitter.js"
 import { TokenSigner } from "../../src/http/Auth.js"
+import { inboxDrainsPaused } from "../../src/intake/InboxProcessor.js"
 import { Projects } from "../../src/persistence/Projects.js"
 import type { ProjectId, TenantId, UserId } from "../../src/schema/ids.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { adminClient } from "../support/admin.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
-import { scaled, scaledDuration } from "../support/env.js"
+import { scaled } from "../support/env.js"
 import { waitForStatus } from "../support/lifecycle.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
@@ -27,10 +29,9 @@ const sim = `http://127.0.0.1:${simPort}`
 const objects = fs.mkdtempSync(path.join(os.tmpdir(), "modes-objects-"))
 afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
 
-// A window long enough for the old processor to spend its whole budget of tries on a fenced callback: 3 tries with
-// the inbox backoff (full jitter from 1 s: at most 1 + 2 + 4 s) and a 200 ms sweep fit in 8 s; 15 s is the window.
+// The old processor counted each fenced try against a callback and dead-lettered it after INBOX_MAX_RETRIES.
 const INBOX_MAX_RETRIES = 3
-const WINDOW_MS = 15_000
+const drainsPaused = Metric.value(inboxDrainsPaused).pipe(Effect.map((s) => s.count))
 
 const settings = {
   ...simulatorEnv(platform, sim, ["openai", "replicate"]),
@@ -167,11 +168,15 @@ describe.skipIf(noDatabase)("system modes through the admin API (seed 19.5.5, 19
       Effect.gen(function*() {
         const simulator = yield* Sim
         yield* simulator.setFaults({ jobDurationMs: 60_000, dropWebhooks: 1 })
+        const heldLooks = Metric.value(Metric.tagged(submissionsHeld, "provider", "openai")).pipe(
+          Effect.map((s) => s.count)
+        )
         yield* setMode("QUEUE_ONLY")
         const queued = yield* create("openai")
         expect(queued.status).toBe(201)
-        // a negative check needs time: the submitter looks at the mode every second; 3 s of QUEUE_ONLY submit nothing
-        yield* Effect.sleep(scaledDuration("3 seconds"))
+        // the submitter looked at the due submission twice (once a second) and held it back both times
+        const held = yield* heldLooks
+        yield* eventually(heldLooks, (n) => n >= held + 2)
         expect((yield* api("GET", `/v1/projects/${project}/tasks/${queued.body.task_id}`)).body.status).toBe("queued")
 
         yield* setMode("DEGRADED_PROVIDER", ["replicate"])
@@ -223,14 +228,12 @@ describe.skipIf(noDatabase)("system modes through the admin API (seed 19.5.5, 19
           WHERE a.task_id = ${taskId} AND i.payload->>'type' = 'video.completed'`
         // the provider's completion arrives during the window, and is stored (204)
         yield* eventually(inbox, (rows) => rows.length === 1)
-        const started = Date.now()
-        while (Date.now() - started < scaled(WINDOW_MS)) {
-          const [row] = yield* inbox
-          // the old processor counted each fenced try: after INBOX_MAX_RETRIES (3, ~7 s) the row was dead
-          expect(row!.process_status).not.toBe("dead")
-          expect((yield* api("GET", `/v1/projects/${project}/tasks/${taskId}`)).body.status).not.toBe("ready")
-          yield* Effect.sleep("1 second")
-        }
+        // the processor looks at the inbox again and again during the window (a sweep every 200 ms), and leaves the row
+        // untouched: the old processor counted each fenced try, and after INBOX_MAX_RETRIES (3) the row was dead
+        const paused = yield* drainsPaused
+        yield* eventually(drainsPaused, (n) => n >= paused + INBOX_MAX_RETRIES + 1)
+        expect((yield* inbox)[0]).toMatchObject({ process_status: "pending", retry_count: 0 })
+        expect((yield* api("GET", `/v1/projects/${project}/tasks/${taskId}`)).body.status).not.toBe("ready")
         yield* setMode("NORMAL")
         // the callback's effect: the provider's success, then the output fetched and checked (polls are minutes away)
         yield* waitForStatus([taskId], ["ready"], Duration.seconds(30))

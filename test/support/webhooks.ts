@@ -1,11 +1,11 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Schedule } from "effect"
+import { Duration, Effect } from "effect"
 import { type KeyObject, sign } from "node:crypto"
 import * as http from "node:http"
 import { Webhook } from "standardwebhooks"
 import { falSigningString } from "../../src/providers/signatures.js"
-import { scaledDuration } from "./env.js"
+import { until } from "./admin.js"
 import { admitTask, uuid } from "./tasks.js"
 
 /** Helpers for tests that post provider webhooks to a runner's gateway. */
@@ -60,12 +60,7 @@ export const eventually = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
   predicate: (a: A) => boolean,
   within: Duration.DurationInput = Duration.seconds(15)
-) =>
-  effect.pipe(
-    Effect.filterOrFail(predicate, () => "not yet"),
-    Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(within)))),
-    Effect.orDie
-  )
+) => until("condition", effect, predicate, within)
 
 export const taskRow = (taskId: string) =>
   Effect.flatMap(

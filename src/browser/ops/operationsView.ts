@@ -1,3 +1,4 @@
+import { SYSTEM_MODES } from "../../domain/systemModeNames.js"
 import { act } from "./actions.js"
 import {
   type ApiFailure,
@@ -18,16 +19,6 @@ import { $, age, ago, h, setText, syncRows } from "./dom.js"
  * The mode and write epoch, the outbox, the dead-letter, inbox, review and reconciliation queues, and the audit:
  * refreshed every few seconds (they change on an operator's time scale, and some of them count rows).
  */
-
-export const MODES = [
-  "NORMAL",
-  "DEGRADED_NOTIFY",
-  "DEGRADED_PROVIDER",
-  "QUEUE_ONLY",
-  "RECONCILE_ONLY",
-  "READ_ONLY",
-  "MAINTENANCE"
-] as const
 
 const body = (id: string) => $<HTMLTableSectionElement>(id)
 const plural = (n: number, one: string) => `${n} ${one}${n === 1 ? "" : "s"}`
@@ -240,7 +231,7 @@ export const refreshOperations = async (): Promise<ReadonlyArray<ApiFailure>> =>
 /** The mode control and the epoch bump: forms whose reason is required (it goes into the audit row). */
 export const wireOperationForms = () => {
   const select = $<HTMLSelectElement>("mode-select")
-  select.replaceChildren(...MODES.map((m) => h("option", { value: m }, m)))
+  select.replaceChildren(...SYSTEM_MODES.map((m) => h("option", { value: m }, m)))
   const providersField = $("mode-providers-field")
   const showProviders = () => (providersField.hidden = select.value !== "DEGRADED_PROVIDER")
   select.onchange = showProviders
