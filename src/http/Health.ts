@@ -10,6 +10,10 @@
  *   and every check passed within READINESS_CHECK_TIMEOUT: the database and its migrations, the cluster's shard-lock
  *   storage (its own last refresh, ShardLockWatch.ts), Redis and RocketMQ when configured. 503 otherwise, with the
  *   same JSON body listing each check.
+ *
+ * A check runs when the process has what it checks: the shard-lock watch, Redis, the event queue. The runner provides
+ * them as its roles use them (src/runners/Runner.ts): a cluster client holds no shard lock, an API process does not
+ * wait on RocketMQ.
  */
 import { Sharding } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
@@ -99,9 +103,9 @@ const none = Option.none<string>()
 /** The checks of a round, every one bounded, all side by side. */
 const makeChecks = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
-  const locks = yield* ShardLockWatch
-  const redis = yield* Redis
-  const queue = yield* EventQueue
+  const locks = yield* Effect.serviceOption(ShardLockWatch)
+  const redis = yield* Effect.serviceOption(Redis)
+  const queue = yield* Effect.serviceOption(EventQueue)
   const { checkTimeout } = yield* HealthSettings.config
   const { endpoints } = yield* QueueSettings.config
 
@@ -130,17 +134,19 @@ const makeChecks = Effect.gen(function*() {
       })
   )
   const one = (check: Effect.Effect<CheckResult>) => Effect.map(check, (r): ReadonlyArray<CheckResult> => [r])
-  const checks = [database, one(checked("shard_locks", locks.problem, checkTimeout))]
-  if (Option.isSome(redis.client)) {
-    const client = redis.client.value
+  const checks = [database]
+  if (Option.isSome(locks)) checks.push(one(checked("shard_locks", locks.value.problem, checkTimeout)))
+  const client = Option.flatMap(redis, (r) => r.client)
+  if (Option.isSome(client)) {
+    const connection = client.value
     const ping = Effect.tryPromise({
-      try: () => client.ping(),
+      try: () => connection.ping(),
       catch: (e) => String((e as { readonly message?: unknown } | null)?.message ?? e)
     })
     checks.push(one(checked("redis", Effect.as(ping, none), checkTimeout)))
   }
-  if (Option.isSome(endpoints) && endpoints.value.length > 0) {
-    checks.push(one(checked("rocketmq", Effect.as(queue.ping, none), checkTimeout)))
+  if (Option.isSome(queue) && Option.isSome(endpoints) && endpoints.value.length > 0) {
+    checks.push(one(checked("rocketmq", Effect.as(queue.value.ping, none), checkTimeout)))
   }
   return Effect.map(Effect.all(checks, { concurrency: "unbounded" }), (rs) => rs.flat())
 })

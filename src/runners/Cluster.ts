@@ -2,6 +2,7 @@ import {
   RunnerAddress,
   RunnerHealth,
   Runners,
+  RunnerStorage,
   ShardingConfig,
   SocketRunner,
   SqlMessageStorage,
@@ -26,26 +27,42 @@ import type { RunnerConfig } from "./RunnerConfig.js"
  * library's defaults. Here the runner's record is the ShardingConfig; what it does not set keeps the library's
  * default.
  *
+ * Without the `entities` role (Roles.ts) the process is a cluster client, as `NodeClusterSocket.layer({ clientOnly:
+ * true })` composes it: no runner address, so it never registers, holds no shard and runs no entity or singleton,
+ * binds no RUNNER_PORT and needs no health pings; it reads the same runner list and shard map and sends to the runners
+ * that host the entities. It reads the operators' controls like a runner does (the admin API answers from any
+ * process), and there are no shard-lock refreshes of its own to watch for /readyz.
+ *
  * The runner storage carries the operators' drains and weights (src/cluster/RunnerControls.ts); ClusterView (the
  * admin API's view of runners and shards) and the runner's reports of what it holds come with it.
  */
-export const layerCluster = (c: RunnerConfig) =>
-  Layer.mergeAll(ClusterView.Default, RunnerReportsLive).pipe(
-    Layer.provideMerge(SocketRunner.layer),
-    Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
-    Layer.provide(RunnerHealth.layerPing.pipe(
-      Layer.provide(Runners.layerRpc),
-      Layer.provide(NodeClusterSocket.layerClientProtocol)
-    )),
+export const layerCluster = (c: RunnerConfig) => {
+  const hostsShards = c.roles.has("entities")
+  const sockets = hostsShards
+    ? SocketRunner.layer.pipe(
+      Layer.provide([NodeClusterSocket.layerSocketServer, NodeClusterSocket.layerClientProtocol]),
+      Layer.provide(RunnerHealth.layerPing.pipe(
+        Layer.provide(Runners.layerRpc),
+        Layer.provide(NodeClusterSocket.layerClientProtocol)
+      ))
+    )
+    : SocketRunner.layerClientOnly.pipe(Layer.provide(NodeClusterSocket.layerClientProtocol))
+  const watched: Layer.Layer<
+    RunnerStorage.RunnerStorage,
+    never,
+    RunnerStorage.RunnerStorage | ShardingConfig.ShardingConfig
+  > = hostsShards ? ShardLockWatch.layerWatched : Layer.effect(RunnerStorage.RunnerStorage, RunnerStorage.RunnerStorage)
+  return Layer.mergeAll(ClusterView.Default, RunnerReportsLive).pipe(
+    Layer.provideMerge(sockets),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
     // Sharding's runner storage: the operators' drains and weights laid over the runner list, over the storage
     // whose shard-lock refreshes are observed for /readyz, over SqlRunnerStorage
     Layer.provide(layerRunnerStorage),
-    Layer.provideMerge(ShardLockWatch.layerWatched),
+    Layer.provideMerge(watched),
     Layer.provide(clusterTables(SqlRunnerStorage.layer)),
     Layer.provideMerge(RunnerControls.Default),
     Layer.provideMerge(ShardingConfig.layer({
-      runnerAddress: Option.some(RunnerAddress.make(c.runnerHost, c.runnerPort)),
+      runnerAddress: hostsShards ? Option.some(RunnerAddress.make(c.runnerHost, c.runnerPort)) : Option.none(),
       runnerShardWeight: c.runnerWeight,
       shardsPerGroup: c.shardsPerGroup,
       shardLockExpiration: c.shardLockExpiration,
@@ -58,6 +75,7 @@ export const layerCluster = (c: RunnerConfig) =>
     })),
     Layer.provide(RpcSerialization.layerMsgPack)
   )
+}
 
 /**
  * The cluster's storage creates its tables when it starts. Two runners starting at once on an empty database both

@@ -19,27 +19,39 @@ export const EmbeddedSimulatorSettings = S.area("embedded simulator", "The provi
 })
 
 /**
+ * The simulator's port when the simulator should run: EMBEDDED_SIMULATOR, or unset and no <PROVIDER>_API_KEY set
+ * (`npm start` here, `npm run cluster` as a process of its own).
+ */
+export const simulatorWanted = Effect.gen(function*() {
+  const settings = yield* EmbeddedSimulatorSettings.config
+  const { clients } = yield* ProviderSettings.config
+  const anyKey = Object.values(clients).some((c) => Option.isSome(c.apiKey))
+  return Option.getOrElse(settings.embedded, () => !anyKey) ? Option.some(settings.port) : Option.none()
+})
+
+/** The platform's settings that point every provider at the simulator `sim` and take its webhooks at `platform`. */
+export const simulatorDefaults = (platform: string, sim: string): Record<string, string> => ({
+  ...simulatorEnv(platform, sim, SIMULATED_PROVIDERS),
+  INBOX_SWEEP_INTERVAL: "1 second",
+  // Vertex names a project in every path; the simulator takes any
+  VEO_PROJECT: "sim-project",
+  ...Object.fromEntries(SIMULATED_PROVIDERS.map((p) => [`${p.toUpperCase()}_LOOKUP`, "true"]))
+})
+
+/**
  * `npm start` on a bare machine (no provider API keys): the provider simulator runs in the same process on
  * SIMULATOR_PORT (4010) and the runner talks to it, so the live page at `/` can create tasks that really move.
  * Settings from the environment still win over these defaults. EMBEDDED_SIMULATOR=false turns it off.
  */
 export const withEmbeddedSimulator = <A, E, R>(runner: Layer.Layer<A, E, R>) =>
   Layer.unwrapEffect(Effect.gen(function*() {
-    const settings = yield* EmbeddedSimulatorSettings.config
-    const { clients } = yield* ProviderSettings.config
-    const anyKey = Object.values(clients).some((c) => Option.isSome(c.apiKey))
-    if (!Option.getOrElse(settings.embedded, () => !anyKey)) return runner
-    const simPort = settings.port
+    const wanted = yield* simulatorWanted
+    if (Option.isNone(wanted)) return runner
+    const simPort = wanted.value
     const { httpHost: host, httpPort } = yield* RunnerSettings.config
     const platform = `http://${host}:${httpPort}`
     const sim = `http://127.0.0.1:${simPort}`
-    const defaults = {
-      ...simulatorEnv(platform, sim, SIMULATED_PROVIDERS),
-      INBOX_SWEEP_INTERVAL: "1 second",
-      // Vertex names a project in every path; the simulator takes any
-      VEO_PROJECT: "sim-project",
-      ...Object.fromEntries(SIMULATED_PROVIDERS.map((p) => [`${p.toUpperCase()}_LOOKUP`, "true"]))
-    }
+    const defaults = simulatorDefaults(platform, sim)
     const simulator = Layer.scopedDiscard(Effect.gen(function*() {
       const served = yield* serveSimulator({
         openaiSecret: devSecret("openai"),

@@ -1,6 +1,14 @@
-import { FetchHttpClient, HttpApiBuilder, HttpApiSwagger, HttpMiddleware, HttpServer } from "@effect/platform"
+import {
+  FetchHttpClient,
+  HttpApiBuilder,
+  HttpApiSwagger,
+  HttpMiddleware,
+  HttpServer,
+  HttpServerResponse
+} from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer, Stream } from "effect"
+import { Effect, Layer, Metric, Stream } from "effect"
+import * as Bus from "../bus/NotificationBus.js"
 import { RunnerControls } from "../cluster/RunnerControls.js"
 import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
 import { ReconcilersLive } from "../entities/Reconcilers.js"
@@ -54,12 +62,15 @@ import { TaskOperations } from "../persistence/TaskOperations.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { TaskStore } from "../persistence/TaskStore.js"
 import { WriteFence } from "../persistence/WriteFence.js"
-import { layerEventQueueFromEnv, layerPropagationFromEnv } from "../propagation/Propagation.js"
+import { NotificationDispatcherLive } from "../propagation/NotificationDispatcher.js"
+import { OutboxRelayLive } from "../propagation/OutboxRelay.js"
+import { layerEventQueueFromEnv } from "../propagation/Propagation.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderRegistry } from "../providers/ProviderRegistry.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
 import * as Redis from "../redis/Redis.js"
 import { layerCluster } from "./Cluster.js"
+import { allRoles, formatRoles, type Role, ROLES, type Roles } from "./Roles.js"
 import { RunnerConfig } from "./RunnerConfig.js"
 
 /** Everything that needs only the database: migrations run before anything reads a table. */
@@ -87,42 +98,67 @@ export const layerLifecycle = TaskLifecycle.Default.pipe(
   Layer.provide(Layer.mergeAll(ObjectStore.layerFromEnv, Redis.layerFromEnv, FetchHttpClient.layer))
 )
 
+/** `layer` in a process with the role, nothing otherwise. Only for layers that provide nothing others need. */
+const when = <E, R>(role: boolean, layer: Layer.Layer<never, E, R>): Layer.Layer<never, E, R> =>
+  role ? layer : Layer.empty
+
 /**
- * A cluster runner hosting GenerationTask entities (each with its lifecycle), the clients that talk to them, the
- * inbox processor, the cluster singletons (sweeper, reconcilers, outbox relay, event retention), the notification
- * dispatcher and the metrics sampler.
+ * A cluster runner (a cluster client without `entities`) and what runs on it as its roles say (RunnerConfig's
+ * `roles`, Roles.ts): with `entities`, GenerationTask entities (each with its lifecycle), the resume of tasks on
+ * acquired shards and the inbox processor; with `singletons`, the sweeper, reconcilers and event retention; the clients
+ * that talk to the entities and the metrics sampler in every process; `propagation` as given (layerPropagationFor).
  */
 export const layerRunnerWith = <E, R, A2, E2, R2>(
   c: RunnerConfig,
   lifecycle: Layer.Layer<TaskLifecycle, E, R>,
   propagation: Layer.Layer<A2, E2, R2>
-) =>
-  Layer.mergeAll(
-    InboxProcessorLive,
-    SweeperLive,
-    ResumeOnAcquireLive,
-    ReconcilersLive,
-    EventRetentionLive,
+) => {
+  const has = (role: Role) => c.roles.has(role)
+  return Layer.mergeAll(
+    when(has("entities"), Layer.mergeAll(InboxProcessorLive, ResumeOnAcquireLive)),
+    when(has("singletons"), Layer.mergeAll(SweeperLive, ReconcilersLive, EventRetentionLive)),
     MetricsSamplerLive,
     propagation
   )
     .pipe(
-      Layer.provideMerge(Layer.mergeAll(GenerationTaskLive, TaskClient.Default)),
-      Layer.provideMerge(layerCluster(c)),
-      Layer.provide(lifecycle)
+      Layer.provideMerge(
+        Layer.mergeAll(when(has("entities"), GenerationTaskLive.pipe(Layer.provide(lifecycle))), TaskClient.Default)
+      ),
+      Layer.provideMerge(layerCluster(c))
     )
+}
 
-export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycle, layerPropagationFromEnv)
+/** The notification bus from the environment (Redis, or in process): the API, the gateway and the dispatcher's. */
+const layerBus = Bus.layerFromEnv.pipe(Layer.provide(Redis.layerFromEnv))
 
 /**
- * Browser delivery: SSE and WebSocket streams (raw routes on the Node server) over the project feeds of the
- * notification bus and the event log, with their limits and auth.
+ * The outbox relay (a cluster singleton: `singletons`) and the notification dispatcher (`dispatcher`) on the event
+ * queue from the environment, built where a role runs them; the bus in every process. It serves the API's dead-letter
+ * replays and the gateway's feeds too; in a process that uses none of them it is an idle connection (one composition
+ * rather than a bus per role combination).
  */
-const layerEventStreams = Layer.mergeAll(EventsSseLive, EventsSocketLive).pipe(
-  Layer.provideMerge(EventGateway.Default),
+export const layerPropagationFor = (roles: Roles) =>
+  Layer.mergeAll(
+    when(roles.has("singletons"), OutboxRelayLive.pipe(Layer.provide(layerEventQueueFromEnv))),
+    when(roles.has("dispatcher"), NotificationDispatcherLive.pipe(Layer.provide(layerEventQueueFromEnv)))
+  ).pipe(Layer.provideMerge(layerBus))
+
+export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycle, layerPropagationFor(c.roles))
+
+/**
+ * What both the API and the event streams read, in every process (no connection of their own, and the testing kit
+ * signs its tokens with this signer): the event log, the origin policy and the token signer.
+ */
+const layerStreamDeps = Layer.mergeAll(EventLog.Default, OriginPolicy.Default, TokenSigner.Default)
+
+/** The gateway behind the event streams: project feeds over the notification bus and the event log, with limits. */
+const layerEventGateway = EventGateway.Default.pipe(
   Layer.provide(Layer.mergeAll(ProjectFeeds.Default, ConnectionLimits.Default)),
-  Layer.provideMerge(Layer.mergeAll(EventLog.Default, OriginPolicy.Default, TokenSigner.Default))
+  Layer.provide(layerStreamDeps)
 )
+
+/** Browser delivery: SSE and WebSocket streams (raw routes on the Node server), with their auth. */
+const layerEventStreams = Layer.mergeAll(EventsSseLive, EventsSocketLive).pipe(Layer.provide(layerEventGateway))
 
 /** The provider webhook gateway, on the Node server's raw routes (src/http/WebhookRoute.ts says why). */
 const layerWebhooks = WebhookRouteLive.pipe(
@@ -131,11 +167,8 @@ const layerWebhooks = WebhookRouteLive.pipe(
   Layer.provide(FetchHttpClient.layer)
 )
 
-/**
- * The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs) and the live page at `/`, on whatever HttpServer is
- * provided; the provider webhook gateway, the event streams and GET /metrics on its RawRoutes.
- */
-export const layerHttpApp = Layer.unwrapEffect(
+/** The HTTP API (OpenAPI at /openapi.json, Swagger UI at /docs), the live page at `/` and the operator page. */
+const layerApi = Layer.unwrapEffect(
   Effect.map(
     ApiSettings.config,
     (api) => HttpApiBuilder.serve((app) => traceIds(HttpMiddleware.logger(limitDeclaredBodies(api.maxBodyBytes)(app))))
@@ -149,18 +182,56 @@ export const layerHttpApp = Layer.unwrapEffect(
   Layer.provide(
     Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
   ),
-  Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive)),
-  Layer.provideMerge(layerEventStreams),
-  Layer.provideMerge(layerWebhooks),
-  Layer.provideMerge(MetricsRouteLive),
-  Layer.provideMerge(ModeGateLive)
+  Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive))
 )
 
 /**
- * The probes (src/http/Health.ts) on the raw routes. Redis and the event queue are the runner's own: the same layer
- * values as the lifecycle's and propagation's, so the one build shares their connections.
+ * A process without `api` answers what its raw routes do not take (the probes, /metrics, its webhooks or streams)
+ * with 404 and its roles, so a request sent to the wrong process says where it went.
  */
-const layerHealth = HealthRoutesLive.pipe(Layer.provide(Layer.mergeAll(Redis.layerFromEnv, layerEventQueueFromEnv)))
+const layerNotServed = (roles: Roles) =>
+  HttpServer.serve(
+    HttpServerResponse.unsafeJson(
+      { _tag: "NotFound", message: `not served by this process (roles: ${formatRoles(roles)})` },
+      { status: 404 }
+    )
+  )
+
+/**
+ * The HTTP side of the roles, on whatever HttpServer is provided: the API (`api`), the provider webhook gateway
+ * (`webhooks`) and the event streams (`gateway`) on its RawRoutes, and in every process GET /metrics and the system
+ * mode's gates.
+ */
+export const layerHttpAppFor = (roles: Roles) =>
+  Layer.mergeAll(
+    roles.has("api") ? layerApi : layerNotServed(roles),
+    when(roles.has("gateway"), layerEventStreams),
+    when(roles.has("webhooks"), layerWebhooks)
+  ).pipe(
+    Layer.provideMerge(layerStreamDeps),
+    Layer.provideMerge(MetricsRouteLive),
+    Layer.provideMerge(ModeGateLive)
+  )
+
+/**
+ * Every role's HTTP side (the testing kit's), with the event gateway its streams use, for tests that watch it (the
+ * same instance: a layer value is built once per build).
+ */
+export const layerHttpApp = layerHttpAppFor(allRoles).pipe(Layer.provideMerge(layerEventGateway))
+
+/**
+ * The probes (src/http/Health.ts) on the raw routes, checking what the roles use: Redis where the entities (quotas),
+ * the gateway or the dispatcher need it, RocketMQ where the relay or the dispatcher do (the shard locks come with the
+ * cluster runner, Cluster.ts). They are the runner's own layer values, so the one build shares their connections.
+ */
+const layerHealth = (roles: Roles) => {
+  const redis = roles.has("entities") || roles.has("gateway") || roles.has("dispatcher")
+  const queue = roles.has("singletons") || roles.has("dispatcher")
+  return HealthRoutesLive.pipe(
+    Layer.provide(redis ? Redis.layerFromEnv : Layer.empty),
+    Layer.provide(queue ? layerEventQueueFromEnv : Layer.empty)
+  )
+}
 
 /** `app` on a Node server at HTTP_HOST:HTTP_PORT, with the server's raw routes. */
 const serveOn = <A, E, R>(c: RunnerConfig, app: Layer.Layer<A, E, R>) =>
@@ -173,6 +244,7 @@ const serveOn = <A, E, R>(c: RunnerConfig, app: Layer.Layer<A, E, R>) =>
     )
   }))
 
+/** The testing kit's HTTP app (every role) on its own server at HTTP_HOST:HTTP_PORT. */
 export const layerHttp = (c: RunnerConfig) => serveOn(c, layerHttpApp)
 
 /**
@@ -185,13 +257,29 @@ const layerDrainReadiness = Layer.scopedDiscard(Effect.gen(function*() {
   yield* controls.selfDrainingChanges.pipe(Stream.runForEach(state.setDraining), Effect.forkScoped)
 }))
 
+const roleGauge = Metric.gauge("runner_role", {
+  description: "1 for each role this process has (RUNNER_ROLES), 0 for the others"
+})
+
+/** `runner_role{role}`: what this process does, for dashboards that sum by role. */
+const layerRoleGauge = (roles: Roles) =>
+  Layer.effectDiscard(
+    Effect.forEach(ROLES, (role) => Metric.set(Metric.tagged(roleGauge, "role", role), roles.has(role) ? 1 : 0))
+  )
+
 /**
- * One runner process: HTTP API + cluster runner on DATABASE_URL, or on the embedded PGlite when it is unset. Its
- * RunnerState is in the output: main.ts turns readiness off with it on SIGTERM.
+ * One runner process: its roles' HTTP side + cluster runner (or client) on DATABASE_URL, or on the embedded PGlite
+ * when it is unset. Its RunnerState is in the output: main.ts turns readiness off with it on SIGTERM.
  */
 export const RunnerLive = Layer.unwrapEffect(Effect.gen(function*() {
   const c = yield* RunnerConfig
-  return serveOn(c, Layer.mergeAll(layerHttpApp, layerHealth, layerDrainReadiness)).pipe(
+  const http = Layer.mergeAll(
+    layerHttpAppFor(c.roles),
+    layerHealth(c.roles),
+    layerDrainReadiness,
+    layerRoleGauge(c.roles)
+  )
+  return serveOn(c, http).pipe(
     Layer.provide(layerRunner(c)),
     Layer.provideMerge(RunnerState.Default),
     Layer.provide(layerStores(Database.layerFromEnv))

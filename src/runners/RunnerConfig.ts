@@ -1,4 +1,5 @@
 import * as S from "../config/Settings.js"
+import { rolesSetting } from "./Roles.js"
 
 /**
  * One runner: its HTTP listener, its address for runner-to-runner sockets and its cluster settings. This record is
@@ -6,7 +7,8 @@ import * as S from "../config/Settings.js"
  * `layerFromEnv` (the same names with the library's defaults) is not used. Defaults suit one machine and fast
  * handoff.
  */
-export const RunnerSettings = S.area("Runner", "HTTP listener, runner-to-runner address and cluster timing", {
+export const RunnerSettings = S.area("Runner", "roles, HTTP listener, runner-to-runner address and cluster timing", {
+  roles: rolesSetting,
   httpHost: S.string("HTTP_HOST", "interface the HTTP API listens on", "127.0.0.1"),
   httpPort: S.port("HTTP_PORT", "port of the HTTP API", 3000),
   runnerHost: S.string("RUNNER_HOST", "host other runners reach this one at (runner-to-runner sockets)", "127.0.0.1"),

@@ -8,12 +8,14 @@ import { withEmbeddedSimulator } from "./EmbeddedSimulator.js"
 import { layerLogging } from "./Logging.js"
 import { RunnerLive } from "./Runner.js"
 import { allAreas } from "./settings.js"
-import { checkListener } from "./startChecks.js"
+import { onRepeatedSignal } from "./signals.js"
+import { checkListener, checkRoles } from "./startChecks.js"
 
 /**
  * Every setting is read and checked before any layer is built (no database work, no port bound): an invalid value
  * stops the runner with one line naming its variable, e.g. `config: AUTH_SECRET: must be at least 32 characters`.
- * So does a combination that is unsafe (startChecks.ts: a non-loopback HTTP_HOST without AUTH_SECRET).
+ * So does a combination that is unsafe or impossible (startChecks.ts: a non-loopback HTTP_HOST without AUTH_SECRET;
+ * RUNNER_ROLES that cannot work with the services configured).
  */
 const configInvalid = (line: string) =>
   Effect.sync(() => {
@@ -37,30 +39,11 @@ const serve = Effect.scoped(Effect.gen(function*() {
   return yield* Effect.never
 }))
 
-/**
- * A repeated signal. runMain listens for the first one only; with no listener left, Node's default action would end
- * the process on the next. But a terminal's Ctrl-C reaches the runner twice under `npm start` (from the terminal to
- * the whole process group, and again from npm, which forwards it), which must not cut the graceful stop short. So a
- * repeat within a second of the first is ignored; a later one ends the process at once (exit 130), for a stop that
- * takes too long.
- */
-const onRepeatedSignal = () => {
-  let first: number | undefined
-  const handle = (signal: NodeJS.Signals) => {
-    const now = Date.now()
-    if (first === undefined) return void (first = now)
-    if (now - first < 1_000) return
-    process.stderr.write(`${signal} again: exiting without finishing the graceful stop\n`)
-    process.exit(130)
-  }
-  process.on("SIGINT", handle)
-  process.on("SIGTERM", handle)
-}
 onRepeatedSignal()
 
 S.validateAll(allAreas).pipe(
   Effect.zipRight(
-    checkListener.pipe(
+    Effect.zipRight(checkListener, checkRoles).pipe(
       Effect.provide(layerLogging),
       Effect.mapError((e) => typeof e === "string" ? e : S.describe(e))
     )

@@ -1,7 +1,11 @@
-import { Effect, Option } from "effect"
+import { Effect, Option, Redacted } from "effect"
 import { isLoopbackHost } from "../config/loopback.js"
 import * as S from "../config/Settings.js"
 import { AuthSettings } from "../http/Auth.js"
+import { DatabaseSettings } from "../persistence/Database.js"
+import { QueueSettings } from "../queue/RocketMQQueue.js"
+import { RedisSettings } from "../redis/Redis.js"
+import { formatRoles, rolesProblem, type Services } from "./Roles.js"
 import { RunnerSettings } from "./RunnerConfig.js"
 
 /**
@@ -20,4 +24,33 @@ export const checkListener: Effect.Effect<void, string> = Effect.gen(function*()
   yield* Effect.logWarning(
     "AUTH_SECRET is unset: development mode (development token secret and sessions), listening on loopback only"
   ).pipe(Effect.annotateLogs({ http_host: httpHost }))
+}).pipe(Effect.catchTag("ConfigError", (e) => Effect.fail(S.describe(e))))
+
+const nonEmpty = (value: Option.Option<string>) => Option.isSome(value) && value.value.trim().length > 0
+
+/** Which shared services the environment configures (each one's own setting decides it the same way). */
+export const servicesFromEnv = Effect.gen(function*() {
+  const database = yield* DatabaseSettings.config
+  const redis = yield* RedisSettings.config
+  const queue = yield* QueueSettings.config
+  return {
+    database: Option.isSome(database.url),
+    redis: nonEmpty(Option.map(redis.url, Redacted.value)),
+    rocketmq: nonEmpty(queue.endpoints)
+  } satisfies Services
+})
+
+/**
+ * RUNNER_ROLES against the services configured (Roles.ts `rolesProblem`): an impossible combination is a `config:`
+ * line naming RUNNER_ROLES, before anything starts; a possible one is logged.
+ */
+export const checkRoles: Effect.Effect<void, string> = Effect.gen(function*() {
+  const { roles } = yield* RunnerSettings.config
+  const problem = rolesProblem(roles, yield* servicesFromEnv)
+  if (Option.isSome(problem)) return yield* Effect.fail(`RUNNER_ROLES: ${problem.value}`)
+  yield* Effect.logInfo(
+    roles.has("entities")
+      ? `roles: ${formatRoles(roles)}`
+      : `roles: ${formatRoles(roles)} (a cluster client: hosts no shards)`
+  ).pipe(Effect.annotateLogs({ roles: formatRoles(roles) }))
 }).pipe(Effect.catchTag("ConfigError", (e) => Effect.fail(S.describe(e))))

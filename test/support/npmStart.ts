@@ -17,9 +17,12 @@ export interface NpmStart extends Proc {
  * `npm start` itself (package.json's script, through npm and its shell), as a user runs it, with exactly `settings`
  * (plus PATH and the like). Its own process group, so that a test can signal npm alone, as a supervisor would.
  */
-export const spawnNpmStart = (settings: Record<string, string>): NpmStart => {
+export const spawnNpmStart = (settings: Record<string, string>): NpmStart => spawnNpm(["start"], settings)
+
+/** `npm …args` (`["run", "cluster", "--", …]`) the same way as `spawnNpmStart`. */
+export const spawnNpm = (args: ReadonlyArray<string>, settings: Record<string, string>): NpmStart => {
   const mark = randomUUID()
-  const child = spawn("npm", ["start"], {
+  const child = spawn("npm", args, {
     env: { ...processEnv(settings), [TEST_PROCESS_MARK]: inject("testRunId"), [START_MARK]: mark },
     stdio: "pipe",
     detached: true
