@@ -35,7 +35,8 @@ const WriteErrors = Schema.Union(TaskNotFound, WriteFenced, VersionConflict, Sto
  */
 export const GenerationTask = Entity.make("GenerationTask", [
   Rpc.make("Start", {
-    payload: { traceId: Schema.String },
+    // granted: the waking runner took a quota slot for the task's next poll (ParkedTasks.ts)
+    payload: { traceId: Schema.String, granted: Schema.optional(Schema.Boolean) },
     success: TaskSnapshot,
     error: ReadErrors
   }),

@@ -1,5 +1,5 @@
-import { Entity } from "@effect/cluster"
-import { Clock, Duration, Effect, Option, Queue, Ref } from "effect"
+import { Entity, Sharding } from "@effect/cluster"
+import { Clock, Duration, Effect, Layer, Option, Queue, Ref } from "effect"
 import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
@@ -12,7 +12,7 @@ import { newTraceId } from "../tracing/TraceId.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { countObservation } from "./observationMetrics.js"
 import type { TaskHandle } from "./taskHandle.js"
-import { TaskLifecycle } from "./TaskLifecycle.js"
+import { LifecycleSettings, TaskLifecycle } from "./TaskLifecycle.js"
 
 /** An operator's "ready" whose output had no deadline yet: the provider's URL is tried for this long. */
 const OPERATOR_OUTPUT_WINDOW_MS = 60 * 60 * 1000
@@ -20,154 +20,201 @@ const OPERATOR_OUTPUT_WINDOW_MS = 60 * 60 * 1000
 /** How many times one message re-evaluates after losing the version CAS before giving up. */
 const MAX_CAS_ROUNDS = 5
 
-export const GenerationTaskLive = GenerationTask.toLayer(
-  Effect.gen(function*() {
-    const address = yield* Entity.CurrentAddress
-    const taskId = address.entityId as string as TaskId
-    const store = yield* TaskStore
-    const lifecycle = yield* TaskLifecycle
-    // the lifecycle fiber and the Rpc handlers both commit: one decision at a time, so neither loses a CAS to
-    // the other, and the lifecycle wakes when a handler moved the task
-    const decisions = yield* Effect.makeSemaphore(1)
-    const changed = yield* Queue.sliding<void>(1)
-    // Memory is a cache of PostgreSQL: filled at start, replaced by what each commit wrote, dropped on CAS loss.
-    const cache = yield* Ref.make(yield* store.load(taskId).pipe(Effect.orElseSucceed(() => Option.none())))
-
-    const current = Effect.gen(function*() {
-      const cached = yield* Ref.get(cache)
-      if (Option.isSome(cached)) return cached.value
-      const loaded = yield* store.load(taskId)
-      yield* Ref.set(cache, loaded)
-      return yield* Option.match(loaded, {
-        onNone: () => Effect.fail(new TaskNotFound({ taskId })),
-        onSome: Effect.succeed
-      })
-    })
-
-    /** Evaluates `decide` against the current state and commits its change, reloading on a lost CAS. */
-    const applyOnce = Effect.fn("GenerationTask.apply")(function*(decide: (state: TaskState, now: Date) => Outcome) {
-      for (let round = 0; round < MAX_CAS_ROUNDS; round++) {
-        const state = yield* current
-        if (state.task.writeEpoch > store.fence().epoch) {
-          return yield* new WriteFenced({ reason: `task written under epoch ${state.task.writeEpoch}` })
-        }
-        const now = new Date(yield* Clock.currentTimeMillis)
-        const outcome = decide(state, now)
-        const change = outcome._tag === "Changed"
-          ? outcome.change
-          : outcome._tag === "Conflict"
-          ? outcome.escalation
-          : null
-        if (change === null) return result(outcome, state)
-        if (!changeIsAllowed(state.task, change)) {
-          // a bug in the transition function: refuse the write, keep the entity serving (a defect would replay)
-          yield* Effect.logError(`refused transition ${state.task.status} -> ${change.task.status}`)
-          return new CommandResult({ outcome: "ignored", reason: "transition_not_allowed", task: state.task }, trusted)
-        }
-        const committed = yield* store.commit(state.task, change)
-        if (committed._tag === "Committed") {
-          yield* Ref.set(cache, Option.some({ task: committed.task, attempt: committed.attempt }))
-          return result(outcome, committed)
-        }
-        yield* Ref.set(cache, Option.none())
-        yield* Effect.logDebug("version CAS lost: reloading")
-      }
-      const state = yield* current
-      return yield* new VersionConflict({ taskId, expected: state.task.version })
-    })
-    const apply = (decide: (state: TaskState, now: Date) => Outcome) =>
-      decisions.withPermits(1)(applyOnce(decide)).pipe(
-        Effect.tap((res) => (res.outcome === "changed" ? Queue.offer(changed, undefined) : Effect.void))
-      )
-
-    const observe = (observation: ProviderObservation) =>
+export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
+  LifecycleSettings.config,
+  // a task entity with nothing to do (idle, finished) leaves memory TASK_ENTITY_IDLE_TIME after its last message
+  ({ entityIdleTime }) =>
+    GenerationTask.toLayer(
       Effect.gen(function*() {
-        const res = yield* apply((s, now) => transition(s.task, s.attempt, observation, now))
-        yield* countObservation(observation, res)
-        if (res.outcome === "conflict") {
-          yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
-          yield* Effect.logWarning("contradictory provider observation sent to reconciliation")
-            .pipe(Effect.annotateLogs({ reason: res.reason }))
-        }
-        return res
-      }).pipe(Effect.annotateLogs({ task_id: taskId, trace_id: observation.traceId }))
+        const address = yield* Entity.CurrentAddress
+        const taskId = address.entityId as string as TaskId
+        const sharding = yield* Sharding.Sharding
+        const store = yield* TaskStore
+        const lifecycle = yield* TaskLifecycle
+        // the lifecycle fiber and the Rpc handlers both commit: one decision at a time, so neither loses a CAS to
+        // the other, and the lifecycle wakes when a handler moved the task
+        const decisions = yield* Effect.makeSemaphore(1)
+        const changed = yield* Queue.sliding<void>(1)
+        // Memory is a cache of PostgreSQL: filled at start, replaced by what each commit wrote, dropped on CAS loss.
+        const cache = yield* Ref.make(yield* store.load(taskId).pipe(Effect.orElseSucceed(() => Option.none())))
 
-    let failures = 0
-    const handle: TaskHandle = {
-      taskId,
-      current,
-      apply,
-      observe,
-      waitForChange: (ms) =>
-        Effect.ignore(Effect.timeout(Queue.take(changed), Duration.millis(Math.min(ms, 2 ** 31 - 1)))),
-      scheduleMemo: null,
-      failed: () => ++failures,
-      failures: () => failures,
-      succeeded: () => {
-        failures = 0
-      },
-      traceId: newTraceId()
-    }
-    // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
-    // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again. An
-    // operator's resolution can make a task in manual_review active again: the lifecycle then starts once more.
-    const scope = yield* Effect.scope
-    let driving = false
-    const startLifecycle = Effect.gen(function*() {
-      // a finished task (read, or sent a late duplicate) costs no keep-alive write
-      const loaded = yield* Ref.get(cache)
-      if (driving || (Option.isSome(loaded) && !isActive(loaded.value.task.status))) return
-      driving = true
-      yield* Effect.gen(function*() {
-        yield* Entity.keepAlive(true)
-        yield* lifecycle.drive(handle)
-        yield* Entity.keepAlive(false)
-      }).pipe(
-        Effect.ensuring(Effect.sync(() => (driving = false))),
-        Effect.provideService(Entity.CurrentAddress, address),
-        Effect.forkIn(scope)
-      )
-    })
-    yield* startLifecycle
-
-    return {
-      Start: () => Effect.map(current, (s) => s.task),
-      GetSnapshot: () => Effect.map(current, (s) => s.task),
-      Observe: ({ payload }) => observe(payload),
-      Recheck: ({ payload }) =>
-        lifecycle.recheck(payload.attemptId).pipe(
-          Effect.zipRight(Effect.sync(() => {
-            // the poll schedule is in PostgreSQL now: the loop reads it again, at once
-            handle.scheduleMemo = null
-          })),
-          Effect.zipRight(Queue.offer(changed, undefined)),
-          Effect.asVoid,
-          Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
-        ),
-      Resolve: ({ payload }) =>
-        apply((s, now) =>
-          operatorResolve(s, payload.as, new Date(now.getTime() + OPERATOR_OUTPUT_WINDOW_MS), now, {
-            source: "operator",
-            traceId: payload.traceId
+        const current = Effect.gen(function*() {
+          const cached = yield* Ref.get(cache)
+          if (Option.isSome(cached)) return cached.value
+          const loaded = yield* store.load(taskId)
+          yield* Ref.set(cache, loaded)
+          return yield* Option.match(loaded, {
+            onNone: () => Effect.fail(new TaskNotFound({ taskId })),
+            onSome: Effect.succeed
           })
-        ).pipe(
-          Effect.tap((res) =>
-            res.outcome === "changed"
-              ? Effect.zipRight(
-                Effect.logInfo(`resolved by operator ${payload.operator} as ${payload.as}: ${res.task.status}`)
-                  .pipe(Effect.annotateLogs({ reason: payload.reason })),
-                startLifecycle
-              )
-              : Effect.void
-          ),
-          Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
-        ),
-      Cancel: ({ payload }) =>
-        apply((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
-          .pipe(Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId }))
-    }
-  })
-)
+        })
+
+        /** Evaluates `decide` against the current state and commits its change, reloading on a lost CAS. */
+        const applyOnce = Effect.fn("GenerationTask.apply")(
+          function*(decide: (state: TaskState, now: Date) => Outcome) {
+            for (let round = 0; round < MAX_CAS_ROUNDS; round++) {
+              const state = yield* current
+              if (state.task.writeEpoch > store.fence().epoch) {
+                return yield* new WriteFenced({ reason: `task written under epoch ${state.task.writeEpoch}` })
+              }
+              const now = new Date(yield* Clock.currentTimeMillis)
+              const outcome = decide(state, now)
+              const change = outcome._tag === "Changed"
+                ? outcome.change
+                : outcome._tag === "Conflict"
+                ? outcome.escalation
+                : null
+              if (change === null) return result(outcome, state)
+              if (!changeIsAllowed(state.task, change)) {
+                // a bug in the transition function: refuse the write, keep the entity serving (a defect would replay)
+                yield* Effect.logError(`refused transition ${state.task.status} -> ${change.task.status}`)
+                return new CommandResult(
+                  { outcome: "ignored", reason: "transition_not_allowed", task: state.task },
+                  trusted
+                )
+              }
+              const committed = yield* store.commit(state.task, change)
+              if (committed._tag === "Committed") {
+                yield* Ref.set(cache, Option.some({ task: committed.task, attempt: committed.attempt }))
+                return result(outcome, committed)
+              }
+              yield* Ref.set(cache, Option.none())
+              yield* Effect.logDebug("version CAS lost: reloading")
+            }
+            const state = yield* current
+            return yield* new VersionConflict({ taskId, expected: state.task.version })
+          }
+        )
+        const apply = (decide: (state: TaskState, now: Date) => Outcome) =>
+          decisions.withPermits(1)(applyOnce(decide)).pipe(
+            Effect.tap((res) => (res.outcome === "changed" ? Queue.offer(changed, undefined) : Effect.void))
+          )
+
+        const observe = (observation: ProviderObservation) =>
+          Effect.gen(function*() {
+            const res = yield* apply((s, now) => transition(s.task, s.attempt, observation, now))
+            yield* countObservation(observation, res)
+            if (res.outcome === "conflict") {
+              yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
+              yield* Effect.logWarning("contradictory provider observation sent to reconciliation")
+                .pipe(Effect.annotateLogs({ reason: res.reason }))
+            }
+            return res
+          }).pipe(Effect.annotateLogs({ task_id: taskId, trace_id: observation.traceId }))
+
+        let failures = 0
+        // starting and stopping the lifecycle are one step each: a handler that starts it never sees it half-stopped
+        const lifecycleLock = yield* Effect.makeSemaphore(1)
+        let driving = false
+        let run = { settled: false }
+        const handle: TaskHandle = {
+          taskId,
+          current,
+          apply,
+          observe,
+          waitForChange: (ms) =>
+            Effect.ignore(Effect.timeout(Queue.take(changed), Duration.millis(Math.min(ms, 2 ** 31 - 1)))),
+          scheduleMemo: null,
+          failed: () => ++failures,
+          failures: () => failures,
+          succeeded: () => {
+            failures = 0
+          },
+          traceId: newTraceId(),
+          granted: false,
+          settle: lifecycleLock.withPermits(1)(
+            Effect.gen(function*() {
+              if (Option.isSome(yield* Queue.poll(changed))) return false
+              // idle: the keep-alive is answered, so the cluster stops the entity after TASK_ENTITY_IDLE_TIME
+              yield* Entity.keepAlive(false)
+              run.settled = true
+              driving = false
+              return true
+            }).pipe(
+              Effect.provideService(Entity.CurrentAddress, address),
+              Effect.provideService(Sharding.Sharding, sharding)
+            )
+          )
+        }
+        // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
+        // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again. An
+        // operator's resolution can make a task in manual_review active again: the lifecycle then starts once more.
+        // A task that goes idle (its next poll is far: TaskLifecycle.ts) answers its keep-alive and ends its lifecycle;
+        // the runner's ParkedTasks wakes it with a Start, a webhook or a cancel with their message.
+        const scope = yield* Effect.scope
+        const startLifecycle = lifecycleLock.withPermits(1)(
+          Effect.gen(function*() {
+            // a finished task (read, or sent a late duplicate) costs no keep-alive write
+            const loaded = yield* Ref.get(cache)
+            if (driving || (Option.isSome(loaded) && !isActive(loaded.value.task.status))) return
+            driving = true
+            lifecycle.parked.unpark(taskId)
+            const thisRun = (run = { settled: false })
+            yield* Entity.keepAlive(true)
+            yield* Effect.gen(function*() {
+              yield* lifecycle.drive(handle)
+              if (!thisRun.settled) yield* Entity.keepAlive(false)
+            }).pipe(
+              // interrupted (the shard moves): the keep-alive stays unanswered, so the next owner resumes the task
+              Effect.ensuring(Effect.sync(() => {
+                if (!thisRun.settled) driving = false
+              })),
+              Effect.provideService(Entity.CurrentAddress, address),
+              Effect.forkIn(scope)
+            )
+          }).pipe(Effect.provideService(Entity.CurrentAddress, address))
+        )
+        yield* startLifecycle
+        /** After a handler changed the task: an idle lifecycle starts again (a running one already woke up). */
+        const wakeOnChange = (res: CommandResult) => (res.outcome === "changed" ? startLifecycle : Effect.void)
+
+        return {
+          Start: ({ payload }) =>
+            Effect.gen(function*() {
+              if (payload.granted === true) handle.granted = true
+              const s = yield* current
+              yield* startLifecycle
+              return s.task
+            }),
+          GetSnapshot: () => Effect.map(current, (s) => s.task),
+          Observe: ({ payload }) => Effect.tap(observe(payload), wakeOnChange),
+          Recheck: ({ payload }) =>
+            lifecycle.recheck(payload.attemptId).pipe(
+              Effect.zipRight(Effect.sync(() => {
+                // the poll schedule is in PostgreSQL now: the loop reads it again, at once
+                handle.scheduleMemo = null
+              })),
+              Effect.zipRight(Queue.offer(changed, undefined)),
+              Effect.zipRight(startLifecycle),
+              Effect.asVoid,
+              Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
+            ),
+          Resolve: ({ payload }) =>
+            apply((s, now) =>
+              operatorResolve(s, payload.as, new Date(now.getTime() + OPERATOR_OUTPUT_WINDOW_MS), now, {
+                source: "operator",
+                traceId: payload.traceId
+              })
+            ).pipe(
+              Effect.tap((res) =>
+                res.outcome === "changed"
+                  ? Effect.zipRight(
+                    Effect.logInfo(`resolved by operator ${payload.operator} as ${payload.as}: ${res.task.status}`)
+                      .pipe(Effect.annotateLogs({ reason: payload.reason })),
+                    startLifecycle
+                  )
+                  : Effect.void
+              ),
+              Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
+            ),
+          Cancel: ({ payload }) =>
+            apply((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
+              .pipe(Effect.tap(wakeOnChange), Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId }))
+        }
+      }),
+      { maxIdleTime: entityIdleTime }
+    )
+))
 
 const isActive = (status: TaskStatus) => !isTerminal(status) && status !== "manual_review"
 

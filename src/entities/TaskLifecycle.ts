@@ -16,7 +16,8 @@ import { ProviderQuota } from "../quota/ProviderQuota.js"
 import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
 import { traced } from "../tracing/TraceId.js"
-import { makePoller } from "./poller.js"
+import { makeParkedTasks, type Wake } from "./ParkedTasks.js"
+import { makePoller, QUOTA_DEFERRED } from "./poller.js"
 import { makeSubmitter } from "./submitter.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
 
@@ -61,8 +62,32 @@ export const LifecycleSettings = S.area("Lifecycle", "how a task is submitted, p
     "1 hour"
   ),
   pollLease: S.duration("POLL_LEASE", "a poll's lease; the sweeper wakes a task whose lease lapsed", "30 seconds"),
+  idleAfter: S.duration(
+    "TASK_IDLE_AFTER",
+    "a polling task whose next poll is further away than this lets its entity go idle (out of memory); the runner " +
+      "wakes it from next_poll_at",
+    "30 seconds"
+  ),
+  idleQuotaWait: S.duration(
+    "TASK_IDLE_QUOTA_WAIT",
+    "a due poll whose provider quota slot is further away than this lets its entity go idle; the runner takes the " +
+      "slot for it and wakes it then",
+    "5 seconds"
+  ),
+  wakeLead: S.duration("TASK_WAKE_LEAD", "how long before its next poll an idle task is woken", "1 second"),
+  entityIdleTime: S.duration(
+    "TASK_ENTITY_IDLE_TIME",
+    "how long a task entity with nothing to do (idle, finished) stays in memory after its last message",
+    "5 seconds"
+  ),
   outputUrlTtl: S.duration("OUTPUT_URL_TTL", "lifetime of the signed URL of a finished task's output", "1 hour")
 })
+
+/** States whose next step is a poll at next_poll_at: the entity may go idle while it waits (seed 12.8). */
+const isPolling = (s: TaskState) =>
+  s.attempt !== null && s.attempt.providerTaskId !== null &&
+  (s.task.status === "submitted" || s.task.status === "running" || s.task.status === "provider_status_unknown" ||
+    s.task.status === "cancel_requested")
 
 /**
  * Drives one task from queued to a terminal state, as a fiber in its entity's scope: submits it (exactly once
@@ -83,6 +108,8 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const fence = yield* WriteFence
     const quota = yield* ProviderQuota
     const poller = makePoller({ clients, schedule, quota, config })
+    const parked = makeParkedTasks()
+    const idleAfterMs = Duration.toMillis(config.idleAfter)
     const scaled = (seconds: number) => seconds * 1000 * config.policy.scale * (0.8 + Math.random() * 0.4)
     /** The one backoff from 1 s (scaled like every interval), for retry `n`, capped at `capSeconds`. */
     const retryDelay = (n: number, capSeconds: number) =>
@@ -232,6 +259,15 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
               )
             )
           })
+          if (delay === QUOTA_DEFERRED || (delay >= idleAfterMs && isPolling(s))) {
+            // the next poll is far (or its quota slot is): the runner remembers when, and the entity goes
+            const dueAt = (yield* Clock.currentTimeMillis) + Math.max(0, delay)
+            parked.park(h.taskId, { dueAt, scope: { provider: s.attempt!.provider, tenantId: s.task.tenantId } })
+            if (yield* h.settle) return yield* Effect.logDebug("task idle until its next poll")
+            // a webhook or a cancel changed the task meanwhile: it stays awake
+            parked.unpark(h.taskId)
+            continue
+          }
           if (delay > 0) yield* h.waitForChange(delay)
         }
       }).pipe(
@@ -245,6 +281,10 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
      */
     const recheck = (attemptId: AttemptId) => schedule.pollSoon(attemptId)
 
-    return { drive, recheck } as const
+    /** Wakes this runner's idle tasks when their next poll is due, with a quota slot taken for it (ParkedTasks.ts). */
+    const wakeParked = (wake: Wake, stillHere: (taskId: string) => boolean) =>
+      parked.run({ tick: Duration.millis(200), lead: config.wakeLead, acquire: quota.acquire, wake, stillHere })
+
+    return { drive, recheck, parked, wakeParked } as const
   })
 }) {}

@@ -46,8 +46,15 @@ export interface PollerDeps {
   readonly clients: ProviderClients
   readonly schedule: AttemptSchedule
   readonly quota: ProviderQuota
-  readonly config: { readonly policy: PollPolicy; readonly pollLease: Duration.Duration }
+  readonly config: {
+    readonly policy: PollPolicy
+    readonly pollLease: Duration.Duration
+    readonly idleQuotaWait: Duration.Duration
+  }
 }
+
+/** A poll's answer to the lifecycle: due, but its quota slot is further than TASK_IDLE_QUOTA_WAIT (go idle). */
+export const QUOTA_DEFERRED = -1
 
 /**
  * The polling half of a task's lifecycle (seed 12.8.3–12.8.4): waits for the attempt's next_poll_at, takes a
@@ -59,6 +66,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
   const breakers = new Map<string, number>()
   const policy = config.policy
   const leaseMs = Duration.toMillis(config.pollLease)
+  const quotaWaitMs = Duration.toMillis(config.idleQuotaWait)
 
   /** How long the provider's credential breaker stays open from `now` (0: closed). */
   const breakerWait = (provider: string, now: number) => Math.max(0, (breakers.get(provider) ?? 0) - now)
@@ -90,7 +98,14 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       }
       if (memo.nextPollAt > now) return memo.nextPollAt - now
       const pollFailures = memo.failures
-      yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
+      if (h.granted) {
+        // the runner took this poll's slot before it woke the entity (ParkedTasks.ts)
+        h.granted = false
+      } else if (
+        !(yield* quota.acquireWithin({ provider: attempt.provider, tenantId: s.task.tenantId }, quotaWaitMs))
+      ) {
+        return QUOTA_DEFERRED
+      }
       // the breaker may have opened while this poll waited for its quota slot
       now = yield* Clock.currentTimeMillis
       const opened = breakerWait(attempt.provider, now)

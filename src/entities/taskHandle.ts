@@ -27,6 +27,13 @@ export interface TaskHandle {
   readonly failed: () => number
   readonly failures: () => number
   readonly succeeded: () => void
+  /** A quota slot was taken for this task's next poll by the runner that woke it: the poll uses it. */
+  granted: boolean
+  /**
+   * The lifecycle is about to stop while the task waits (it went idle): true if it may, and the entity then no longer
+   * counts it as running; false if a webhook or a cancel changed the task meanwhile (keep driving).
+   */
+  readonly settle: Effect.Effect<boolean>
   /** The trace id of the lifecycle step running now (each step, a poll round say, is a trace of its own). */
   traceId: string
 }

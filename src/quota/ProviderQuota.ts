@@ -142,7 +142,13 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
 
     const local = new Map<string, number>()
     /** The in-process twin of TAKE, for when Redis is not configured or does not answer. */
-    const takeLocal = (keys: Levels<string>, from: number, intervals: Levels<number>, now: number) => {
+    const takeLocal = (
+      keys: Levels<string>,
+      from: number,
+      intervals: Levels<number>,
+      now: number,
+      horizon: number
+    ) => {
       let [stop, slot] = [3, now]
       for (let k = from; k < 3 && stop === 3; k++) {
         const tat = local.get(keys[k]!) ?? 0
@@ -185,17 +191,25 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
         return Option.none<A>()
       })
 
-    const take = (keys: Levels<string>, from: number, limit: { shared: Levels<number>; local: Levels<number> }) =>
+    const take = (
+      keys: Levels<string>,
+      from: number,
+      limit: { shared: Levels<number>; local: Levels<number> },
+      horizon: number
+    ) =>
       Effect.gen(function*() {
         const shared = yield* viaRedis((c) => c.providerQuotaTake(...keys, from, ...limit.shared, tau, horizon))
         if (Option.isSome(shared)) return { wait: Number(shared.value[0]), next: Number(shared.value[1]) }
-        return takeLocal(keys, from, limit.local, yield* Clock.currentTimeMillis)
+        return takeLocal(keys, from, limit.local, yield* Clock.currentTimeMillis, horizon)
       })
 
     const providerKey = (provider: string) => `${keyPrefix}quota:provider:${provider}`
 
-    /** Waits until a query slot is granted at all three levels, then returns. Never fails. */
-    const acquire = Effect.fn("ProviderQuota.acquire")(function*(scope: QuotaScope) {
+    /**
+     * Waits until a query slot is granted at all three levels. With `within` (ms), a caller whose place in line is
+     * further than that gets false at once, with nothing reserved (an idle task's runner then waits for it).
+     */
+    const take3 = Effect.fn("ProviderQuota.acquire")(function*(scope: QuotaScope, within: number | null) {
       yield* Effect.annotateCurrentSpan({ provider: scope.provider, tenant_id: scope.tenantId })
       const limit = yield* limitsOf(scope.provider)
       const keys: Levels<string> = [
@@ -206,7 +220,8 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
       const started = yield* Clock.currentTimeMillis
       let from = 0
       while (from < 3) {
-        const step = yield* take(keys, from, limit)
+        const step = yield* take(keys, from, limit, from === 0 && within !== null ? Math.min(within, horizon) : horizon)
+        if (step.next < 0 && from === 0 && within !== null) return false
         if (step.next < 0) {
           // the line is longer than the horizon: come back about when this caller's place would fit in it
           const retryIn = Math.min(horizon, Math.max(step.wait - horizon, horizon / 20)) * (0.75 + Math.random() / 2)
@@ -222,7 +237,12 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
       const waited = ((yield* Clock.currentTimeMillis) - started) / 1000
       yield* Metric.update(Metric.tagged(quotaWaitSeconds, "provider", scope.provider), waited)
       yield* Metric.increment(Metric.tagged(quotaGrants, "provider", scope.provider))
+      return true
     })
+    /** Waits until a query slot is granted at all three levels, then returns. Never fails. */
+    const acquire = (scope: QuotaScope) => Effect.asVoid(take3(scope, null))
+    /** A slot within `ms`, waited for (true); or false at once, nothing reserved, when the line is longer. */
+    const acquireWithin = (scope: QuotaScope, ms: number) => take3(scope, ms)
 
     /** Pushes the provider's bucket back after a 429 with Retry-After (every runner then waits). */
     const penalize = Effect.fn("ProviderQuota.penalize")(function*(provider: string, delay: Duration.Duration) {
@@ -237,6 +257,6 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
       )
     })
 
-    return { acquire, penalize } as const
+    return { acquire, acquireWithin, penalize } as const
   }).pipe(Effect.orDie)
 }) {}

@@ -51,6 +51,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
     const jobs = new Map<string, Job>()
     const submissions = new Map<string, number>()
     const byKey = new Map<string, string>()
+    /** When each job was queried (its status read), so tests can prove that no poll was duplicated. */
+    const queried = new Map<string, Array<number>>()
     const stats = {
       webhooksSent: 0,
       webhooksDropped: 0,
@@ -221,6 +223,9 @@ export const makeSimulator = (options: SimulatorOptions) =>
             const notFound = o.notFound ?? { status: 404, body: { error: "not found" } }
             if (job === undefined) return json(notFound.body, notFound.status)
             const now = yield* Clock.currentTimeMillis
+            const times = queried.get(job.id)
+            if (times === undefined) queried.set(job.id, [now])
+            else times.push(now)
             const r = o.render
               ? o.render(job, now)
               : { status: 200, body: provider.render(job, phaseOf(job, now), now) }
@@ -314,6 +319,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
       router,
       setFaults: (patch: Partial<FaultConfig>) => Ref.update(faults, (f) => FaultConfig.make({ ...f, ...patch })),
       submissions: (key: string) => submissions.get(key) ?? 0,
+      /** When the job `id` (the provider's task id) was queried, in ms, oldest first. */
+      queriesOf: (id: string): ReadonlyArray<number> => queried.get(id) ?? [],
       jobs: () => [...jobs.values()],
       stats
     } as const

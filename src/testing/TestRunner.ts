@@ -5,6 +5,7 @@ import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
+import { makeParkedTasks } from "../entities/ParkedTasks.js"
 import { TaskLifecycle } from "../entities/TaskLifecycle.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import * as Database from "../persistence/Database.js"
@@ -36,7 +37,12 @@ export const settingsProvider = (settings: Readonly<Record<string, string>>) =>
  */
 export const layerLifecycleDisabled = Layer.succeed(
   TaskLifecycle,
-  TaskLifecycle.make({ drive: () => Effect.void, recheck: () => Effect.void })
+  TaskLifecycle.make({
+    drive: () => Effect.void,
+    recheck: () => Effect.void,
+    parked: makeParkedTasks(),
+    wakeParked: () => Effect.never
+  })
 )
 
 /** The HTTP app (API, live page, webhook gateway, event streams) on its own server on a free port, with a client. */

@@ -1,0 +1,130 @@
+import { FetchHttpClient } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { afterAll, describe, expect, layer } from "@effect/vitest"
+import { Context, Duration, Effect, Layer, Redacted } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { layerPostgres } from "../../../src/persistence/Database.js"
+import { layerStores } from "../../../src/runners/Runner.js"
+import { simulatorOutputHosts } from "../../../src/simulator/embedded.js"
+import { admin, operatorToken, runnerPath, scopedRunner, shardCounts, until } from "../../support/admin.js"
+import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
+import { scaled, scaledDuration, services } from "../../support/env.js"
+import { waitForHttp } from "../../support/processes.js"
+import { freePort, quietLogs } from "../../support/runner.js"
+import { layerSim, Sim } from "../../support/simulator.js"
+import { admitTask } from "../../support/tasks.js"
+
+const TASKS = 60
+const AUTH_SECRET = "idle-handoff-test-secret-0123456789abcdef"
+const suffix = crypto.randomUUID().slice(0, 8)
+const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
+  Effect.all([freePort, freePort, freePort, freePort, freePort])
+)
+const A = `127.0.0.1:${runnerA}`
+const B = `127.0.0.1:${runnerB}`
+const sim = `http://127.0.0.1:${simPort}`
+const objects = fs.mkdtempSync(path.join(os.tmpdir(), "idle-handoff-objects-"))
+afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
+
+class DbUrl extends Context.Tag("DbUrl")<DbUrl, string>() {}
+const DbUrlLive = Layer.scoped(DbUrl, Effect.map(makeTestDatabaseUrl, ({ url }) => url))
+const StoresLive = Layer.unwrapEffect(
+  Effect.map(
+    DbUrl,
+    (url) => layerStores(layerPostgres({ url: Redacted.make(url), maxConnections: 4, applicationName: "test" }))
+  )
+)
+const TestLayer = Layer.mergeAll(layerSim(simPort, null), StoresLive.pipe(Layer.provideMerge(DbUrlLive))).pipe(
+  Layer.provide(FetchHttpClient.layer),
+  Layer.provide(quietLogs)
+)
+
+/** A runner polling Runway every 1–3 s whose tasks go idle between polls (TASK_IDLE_AFTER 500 ms). */
+const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
+  scopedRunner({
+    DATABASE_URL: databaseUrl,
+    AUTH_SECRET,
+    ...(services.redisUrl === undefined ? {} : { REDIS_URL: services.redisUrl, REDIS_KEY_PREFIX: `test-${suffix}:` }),
+    HTTP_PORT: String(httpPort),
+    RUNNER_PORT: String(runnerPort),
+    RUNWAY_BASE_URL: `${sim}/runway`,
+    ...simulatorOutputHosts(sim, ["runway"]),
+    RUNWAY_LOOKUP: "true",
+    POLL_INTERVAL_SCALE: "0.2",
+    TASK_IDLE_AFTER: "500 millis",
+    TASK_WAKE_LEAD: "200 millis",
+    TASK_ENTITY_IDLE_TIME: "1 second",
+    OBJECT_STORE_DIR: objects,
+    ROCKETMQ_ENDPOINTS: "",
+    PROVIDER_TIMEOUT: "10 seconds",
+    SWEEP_INTERVAL: "1 second",
+    // the sweeper starts the admitted tasks; it would rescue a polling task only SWEEP_GRACE plus QUOTA_MAX_WAIT
+    // late: here the runners must wake every polling task themselves
+    SWEEP_GRACE: "2 seconds",
+    QUOTA_MAX_WAIT: "5 minutes",
+    LOG_LEVEL: "WARN"
+  })
+
+const lastPolls = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) => sql<{ id: string; last: Date | null }>`SELECT id, last_polled_at AS last FROM task_attempts`
+).pipe(Effect.orDie)
+
+/** tasks_parked from a runner's /metrics: its tasks idle between polls. */
+const parkedOn = (port: number) =>
+  Effect.tryPromise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
+    Effect.map((text) => Number(/^tasks_parked(?:\{[^}]*\})? (\S+)$/m.exec(text)?.[1] ?? "0"))
+  )
+
+describe.skipIf(noDatabase)("a shard handoff with idle tasks", () => {
+  layer(TestLayer, { timeout: scaled(180_000), excludeTestServices: true })((it) => {
+    it.effect(
+      "the new owner wakes them from next_poll_at: every task polled again, no poll duplicated, one submission",
+      () =>
+        Effect.gen(function*() {
+          const simulator = yield* Sim
+          const url = yield* DbUrl
+          const token = yield* operatorToken(AUTH_SECRET)
+          yield* simulator.setFaults({ jobDurationMs: 20 * 60_000 })
+          const a = yield* runner(url, httpA, runnerA)
+          const b = yield* runner(url, httpB, runnerB)
+          yield* Effect.promise(() => Promise.all([waitForHttp(httpA, a), waitForHttp(httpB, b)]))
+          yield* until(
+            "both runners hold shards",
+            shardCounts(httpA, token),
+            (c) => (c.get(A) ?? 0) > 0 && (c.get(B) ?? 0) > 0
+          )
+          yield* Effect.forEach(Array.from({ length: TASKS }), () => admitTask({ provider: "runway" }), {
+            concurrency: 8
+          })
+          yield* until("every task polled", lastPolls, (rows) => rows.every((r) => r.last !== null), "90 seconds")
+          yield* until("B's tasks idle between polls", parkedOn(httpB), (n) => n > 0)
+
+          // drain B: its shards, with their idle tasks, move to A
+          expect((yield* admin(httpA, token, `${runnerPath(B)}/drain`, { method: "POST" })).status).toBe(204)
+          yield* until("A holds every shard", shardCounts(httpA, token), (c) => c.get(A) === 300, "60 seconds")
+          const handedAt = Date.now()
+          yield* until(
+            "every task polled after the handoff",
+            lastPolls,
+            (rows) => rows.every((r) => r.last !== null && r.last.getTime() > handedAt),
+            "60 seconds"
+          )
+          yield* until("A's tasks idle between polls", parkedOn(httpA), (n) => n > TASKS / 2)
+
+          const jobs = simulator.jobs()
+          expect(jobs.length).toBe(TASKS)
+          for (const job of jobs) {
+            expect(simulator.submissions(job.clientKey)).toBe(1)
+            // never two polls at once under the lease, across the handoff: the shortest interval is the first poll's
+            const queries = simulator.queriesOf(job.id)
+            const gaps = queries.slice(1).map((q, i) => q - queries[i]!)
+            expect(Math.min(...gaps)).toBeGreaterThanOrEqual(300)
+          }
+        }).pipe(Effect.scoped),
+      { timeout: scaledDuration(Duration.minutes(3)).pipe(Duration.toMillis) }
+    )
+  })
+})
