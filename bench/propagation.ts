@@ -3,8 +3,15 @@
  * into Redis Pub/Sub, measured at a Redis subscriber (what a gateway would see). One runner process (relay +
  * dispatcher) on a fresh database; this process commits outbox rows (valid domain events of 1,000 tasks of one
  * project) and subscribes to the project's channel.
- *   1. sustained: commits as fast as BENCH_MAX_RATE allows for BENCH_SECONDS; prints delivered events/s;
- *   2. latency: 1,000 events/s, then 500 events/s, for BENCH_SECONDS each; prints commit → Redis delivery p50/p99.
+ *   0. ceiling: the RocketMQ client alone (no code of ours) on a fresh FIFO topic: a Producer sends messages of the
+ *      same size over the same 1,000 message groups, in batches of the relay's size with as many groups side by side
+ *      (each group's messages one after another), while a SimpleConsumer receives them as the dispatcher does
+ *      (ROCKETMQ_RECEIVERS receives of 32 in flight, one ack per message); prints send → receive events/s;
+ *   1. sustained: commits as fast as BENCH_MAX_RATE allows for BENCH_SECONDS; prints delivered events/s and the
+ *      ratio to the ceiling;
+ *   2. latency: 1,000 events/s, then 500 events/s, for BENCH_SECONDS each; prints commit (the INSERT's COMMIT
+ *      returned here) → Redis delivery (this process's subscriber got it) p50/p99;
+ *   and the runner's event-loop lag p99 and shard-lock losses.
  *
  *   DATABASE_URL  ROCKETMQ_ENDPOINTS  REDIS_URL  BENCH_SECONDS (20)  BENCH_MAX_RATE (4000)
  *   BENCH_NODE_ARGS (node flags for the runner, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof")
@@ -12,7 +19,8 @@
 import { Redis } from "ioredis"
 import { type ChildProcess, execFileSync } from "node:child_process"
 import pg from "pg"
-import { percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import { Producer, SimpleConsumer } from "rocketmq-client-nodejs"
+import { healthLine, percentile, type RunnerHealth, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const endpoints = process.env.ROCKETMQ_ENDPOINTS ?? "127.0.0.1:8081"
@@ -27,9 +35,110 @@ const prefix = `bench-${suffix}:`
 const project = crypto.randomUUID()
 const tenant = crypto.randomUUID()
 const tasks = Array.from({ length: TASKS }, () => crypto.randomUUID())
+// the runner's defaults, which the ceiling copies
+const BATCH = Number(process.env.OUTBOX_BATCH_SIZE ?? 256)
+const SEND_CONCURRENCY = Number(process.env.ROCKETMQ_SEND_CONCURRENCY ?? 64)
+const RECEIVERS = Number(process.env.ROCKETMQ_RECEIVERS ?? 4)
+const ceilingTopic = `bench-ceiling-${suffix}`
+const ceilingGroup = `bench-ceiling-consumer-${suffix}`
+
+/** A domain event's JSON as the outbox holds it (jsonb's text), for the ceiling's message bodies. */
+const sampleBody = (task: string, s: number) =>
+  JSON.stringify({
+    cursor: `1-${s}`,
+    source: "poll",
+    stage: "generating",
+    status: "running",
+    user_id: tenant,
+    asset_id: null,
+    event_id: crypto.randomUUID(),
+    progress: s % 100,
+    trace_id: "bench",
+    tenant_id: tenant,
+    attempt_id: null,
+    error_code: null,
+    event_type: "task.status.changed",
+    project_id: project,
+    home_region: "local",
+    occurred_at: new Date().toISOString(),
+    write_epoch: 1,
+    aggregate_id: task,
+    schema_version: 1,
+    aggregate_version: s
+  }).replaceAll(":", ": ").replaceAll(",", ", ")
+
+const quiet = { info: () => {}, warn: () => {}, error: () => {} }
+
+/**
+ * The RocketMQ client's own send → receive rate for `seconds`: batches of BATCH messages over the 1,000 groups, each
+ * batch sent with SEND_CONCURRENCY groups side by side, while RECEIVERS receive loops take and ack them.
+ */
+const ceiling = async (seconds: number) => {
+  const producer = new Producer({ endpoints, namespace: "", topics: [ceilingTopic], logger: quiet })
+  const consumer = new SimpleConsumer({
+    endpoints,
+    namespace: "",
+    consumerGroup: ceilingGroup,
+    awaitDuration: 5000,
+    subscriptions: new Map([[ceilingTopic, "*"]]),
+    logger: quiet
+  })
+  await producer.startup()
+  await consumer.startup()
+  let received = 0
+  let lastReceivedAt = 0
+  let receiving = true
+  const receiveLoop = async () => {
+    while (receiving) {
+      const messages = await consumer.receive(32, 30_000).catch(() => [])
+      await Promise.all(messages.map((m) => consumer.ack(m).catch(() => undefined)))
+      received += messages.length
+      if (messages.length > 0) lastReceivedAt = performance.now()
+    }
+  }
+  const loops = Array.from({ length: RECEIVERS }, receiveLoop)
+  let sent = 0
+  let s = 0
+  const started = performance.now()
+  while (performance.now() - started < seconds * 1000) {
+    const batch = Array.from({ length: BATCH }, () => {
+      s++
+      const task = tasks[s % TASKS]!
+      return { task, body: Buffer.from(sampleBody(task, s)) }
+    })
+    const byTask = new Map<string, typeof batch>()
+    for (const m of batch) byTask.set(m.task, [...(byTask.get(m.task) ?? []), m])
+    const groups = [...byTask.values()]
+    let next = 0
+    const worker = async () => {
+      while (next < groups.length) {
+        for (const m of groups[next++]!) {
+          await producer.send({ topic: ceilingTopic, body: m.body, keys: [m.task], messageGroup: m.task })
+        }
+      }
+    }
+    await Promise.all(Array.from({ length: SEND_CONCURRENCY }, worker))
+    sent += batch.length
+  }
+  const sentSeconds = (performance.now() - started) / 1000
+  const deadline = performance.now() + 60_000
+  while (received < sent && performance.now() < deadline) await sleep(100)
+  receiving = false
+  const rate = received / ((lastReceivedAt - started) / 1000)
+  await Promise.race([Promise.all(loops), sleep(6000)])
+  await producer.shutdown().catch(() => undefined)
+  await consumer.shutdown().catch(() => undefined)
+  console.log(
+    `ceiling (RocketMQ client alone): sent ${sent} in ${sentSeconds.toFixed(1)} s (${
+      (sent / sentSeconds).toFixed(0)
+    }/s); ` +
+      `received ${received} at ${rate.toFixed(0)}/s (first send → last receive)`
+  )
+  return rate
+}
 
 const startRunner = async (databaseUrl: string) => {
-  const { child } = await startRunnerProcess({
+  const { child, health } = await startRunnerProcess({
     DATABASE_URL: databaseUrl,
     ROCKETMQ_ENDPOINTS: endpoints,
     ROCKETMQ_TOPIC: topic,
@@ -38,7 +147,7 @@ const startRunner = async (databaseUrl: string) => {
     REDIS_KEY_PREFIX: prefix,
     INBOX_PROCESSOR_ENABLED: "false"
   }, { nodeArgs: (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0) })
-  return child
+  return { child, health }
 }
 
 let seq = 0
@@ -84,6 +193,9 @@ const drive = async (db: pg.Client, rate: number, seconds: number, committedAt: 
 
 const main = async () => {
   execFileSync("scripts/rocketmq.sh", ["topic", topic, group], { stdio: "inherit" })
+  execFileSync("scripts/rocketmq.sh", ["topic", ceilingTopic, ceilingGroup], { stdio: "inherit" })
+  console.log(`\n== bench:propagation: outbox → RocketMQ → dispatcher → Redis (one runner process) ==`)
+  const ceilingRate = await ceiling(SECONDS)
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
   const name = `bench_propagation_${suffix}`
@@ -91,10 +203,11 @@ const main = async () => {
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
   let runner: ChildProcess | undefined
+  let health: RunnerHealth | undefined
   const db = new pg.Client({ connectionString: url.toString() })
   const sub = new Redis(redisUrl)
   try {
-    runner = await startRunner(url.toString())
+    ;({ child: runner, health } = await startRunner(url.toString()))
     await db.connect()
     const received = new Map<number, number>()
     await sub.subscribe(`${prefix}project:${project}`)
@@ -118,13 +231,12 @@ const main = async () => {
     const inPhase = [...received.entries()].filter(([s]) => s > startSeq)
     const lastAt = Math.max(...inPhase.map(([, at]) => at))
     const deliveredRate = inPhase.length / ((lastAt - t0) / 1000)
-    console.log(`\n== bench:propagation: outbox → RocketMQ → dispatcher → Redis (one runner process) ==`)
     console.log(
       `sustained: committed ${sent} events in ${commitSeconds.toFixed(1)} s (${
         (sent / commitSeconds).toFixed(0)
       }/s); ` +
         `delivered ${inPhase.length} to the Redis subscriber at ${deliveredRate.toFixed(0)} events/s ` +
-        `(first commit → last delivery)`
+        `(first commit → last delivery): ${(100 * deliveredRate / ceilingRate).toFixed(0)}% of the ceiling`
     )
 
     // latency at the issue's 1,000 events/s, and at a rate below the sustained capacity
@@ -145,12 +257,17 @@ const main = async () => {
           `max ${Math.max(...latencies).toFixed(0)} ms`
       )
     }
+    console.log(healthLine([health!.stop()]))
   } finally {
+    health?.stop()
     sub.disconnect()
     if (runner !== undefined) await stopProcess(runner, "SIGTERM")
     await db.end().catch(() => undefined)
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
     await admin.end()
+    for (const [t, g] of [[topic, group], [ceilingTopic, ceilingGroup]] as const) {
+      execFileSync("scripts/rocketmq.sh", ["drop", t, g], { stdio: "inherit" })
+    }
   }
 }
 

@@ -15,8 +15,21 @@ export type BusEvent = { readonly _tag: "Message"; readonly payload: string } | 
  * Live fan-out of committed task events to the HTTP gateways. Only an accelerator: PostgreSQL stays the truth, and a
  * Gap tells a subscriber to re-read from its cursor.
  */
+/** One message for `publishMany`. */
+export interface BusMessage {
+  readonly projectId: string
+  readonly payload: string
+}
+
 export class NotificationBus extends Context.Tag("NotificationBus")<NotificationBus, {
   readonly publish: (projectId: string, payload: string) => Effect.Effect<void, BusUnavailable>
+  /**
+   * Publishes a batch in one round trip (a Redis pipeline); answers, per message in order, undefined when it was
+   * published or the error that kept it back.
+   */
+  readonly publishMany: (
+    messages: ReadonlyArray<BusMessage>
+  ) => Effect.Effect<ReadonlyArray<BusUnavailable | undefined>>
   /**
    * Subscribes to a project's channel for as long as the scope lives; many local subscribers of one project share
    * one Redis subscription (ref-counted: SUBSCRIBE on the first, UNSUBSCRIBE when the last scope closes).
@@ -116,6 +129,13 @@ export const layerMemory: Layer.Layer<NotificationBus> = Layer.effect(
       publish: Effect.fn("NotificationBus.publish")(function*(projectId: string, payload: string) {
         yield* Effect.sync(() => hub.publish(projectId, payload))
       }),
+      publishMany: (messages) =>
+        Effect.sync(() =>
+          messages.map((m) => {
+            hub.publish(m.projectId, m.payload)
+            return undefined
+          })
+        ),
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
         return (yield* hub.join(projectId, () => Effect.void)).queue
       }),
@@ -200,6 +220,25 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
         const [took, sent] = yield* Effect.timed(Effect.either(publish))
         yield* Metric.update(published[sent._tag === "Right" ? "ok" : "failed"], Duration.toSeconds(took))
         if (sent._tag === "Left") return yield* sent.left
+      }),
+      publishMany: Effect.fn("NotificationBus.publishMany")(function*(messages: ReadonlyArray<BusMessage>) {
+        const pipeline = publisher.pipeline(messages.map((m) => ["publish", channelOf(m.projectId), m.payload]))
+        const [took, sent] = yield* Effect.timed(
+          Effect.either(attempt("publish", () => pipeline.exec(), PUBLISH_TIMEOUT))
+        )
+        const seconds = Duration.toSeconds(took)
+        if (sent._tag === "Left") {
+          yield* Metric.update(published.failed, seconds)
+          return messages.map(() => sent.left)
+        }
+        // exec answers [error, reply] per command
+        const answers = (sent.right ?? []) as ReadonlyArray<readonly [Error | null, unknown]>
+        const outcomes = messages.map((_, i) => {
+          const error = answers[i]?.[0]
+          return error === null ? undefined : new BusUnavailable({ message: `publish: ${String(error ?? "no reply")}` })
+        })
+        for (const o of outcomes) yield* Metric.update(published[o === undefined ? "ok" : "failed"], seconds)
+        return outcomes
       }),
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
         const channel = channelOf(projectId)

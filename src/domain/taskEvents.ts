@@ -48,8 +48,25 @@ export const domainEventOf = (
   trace_id: meta.traceId
 })
 
+/** What the live notification of a domain event reads of it (the cursor as a cursor, or already as its text). */
+export type LiveSource =
+  & Pick<
+    DomainEvent,
+    | "event_type"
+    | "occurred_at"
+    | "aggregate_id"
+    | "aggregate_version"
+    | "status"
+    | "stage"
+    | "progress"
+    | "asset_id"
+    | "error_code"
+    | "trace_id"
+  >
+  & { readonly cursor: { readonly toString: () => string } }
+
 /** The browser-safe notification of a domain event: what gateways receive on the project's channel. */
-export const liveEventOf = (e: DomainEvent): LiveTaskEvent => ({
+export const liveEventOf = (e: LiveSource): LiveTaskEvent => ({
   cursor: e.cursor.toString(),
   event_type: e.event_type,
   committed_at: e.occurred_at,

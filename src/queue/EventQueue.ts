@@ -1,4 +1,4 @@
-import { Context, type Effect, Schema, type Scope } from "effect"
+import { Array as Arr, Context, Effect, Schema, type Scope } from "effect"
 
 /** One message for the queue: the domain event of one task change (DESIGN §7). */
 export interface OutgoingMessage {
@@ -21,6 +21,30 @@ export interface Delivery {
   readonly attempt: number
 }
 
+/**
+ * What a consumer does with one received batch: an answer per delivery, in the same order — true when it is done
+ * (acked), false to have it (and its group's later messages) redelivered later. The deliveries of one call all
+ * belong to different groups, so they may be handled side by side (one Redis pipeline for the batch).
+ */
+export type BatchHandler = (deliveries: ReadonlyArray<Delivery>) => Effect.Effect<ReadonlyArray<boolean>>
+
+/** Items by group, each group in its original order. */
+export const groupsOf = <A>(items: ReadonlyArray<A>, groupOf: (a: A) => string): Array<Array<A>> =>
+  Object.values(Arr.groupBy(items, groupOf))
+
+/** A handler of one delivery at a time as a BatchHandler (the deliveries of a batch run side by side). */
+export const eachDelivery = <E>(handle: (delivery: Delivery) => Effect.Effect<void, E>): BatchHandler => (deliveries) =>
+  Effect.forEach(deliveries, (d) =>
+    handle(d).pipe(
+      Effect.as(true),
+      Effect.catchAllCause((cause) =>
+        Effect.logWarning("event handler failed; redelivering", cause).pipe(
+          Effect.annotateLogs({ event_id: d.eventId, task_id: d.key, attempt: d.attempt }),
+          Effect.as(false)
+        )
+      )
+    ), { concurrency: "unbounded" })
+
 export class QueueUnavailable extends Schema.TaggedError<QueueUnavailable>()("QueueUnavailable", {
   message: Schema.String
 }) {}
@@ -34,13 +58,10 @@ export class EventQueue extends Context.Tag("EventQueue")<EventQueue, {
   /** Sends every message (in order per group) or fails: the caller keeps them and retries. */
   readonly publish: (messages: ReadonlyArray<OutgoingMessage>) => Effect.Effect<void, QueueUnavailable>
   /**
-   * Consumes as `group` for as long as the scope lives: each delivery is handed to `handle`; success acks it,
-   * failure redelivers it later (the group's later messages wait).
+   * Consumes as `group` for as long as the scope lives: deliveries are handed to `handle` in batches of distinct
+   * groups; true acks one, false redelivers it later (the group's later messages wait).
    */
-  readonly consume: <E>(
-    group: string,
-    handle: (delivery: Delivery) => Effect.Effect<void, E>
-  ) => Effect.Effect<void, never, Scope.Scope>
+  readonly consume: (group: string, handle: BatchHandler) => Effect.Effect<void, never, Scope.Scope>
   /** Succeeds while the queue answers (RocketMQ: its proxy serves the topic's route); for `/readyz`. */
   readonly ping: Effect.Effect<void, QueueUnavailable>
 }>() {}

@@ -1,6 +1,6 @@
 import { Duration, Effect, Layer, Queue } from "effect"
 import { backoff } from "../domain/backoff.js"
-import { type Delivery, EventQueue, type OutgoingMessage } from "./EventQueue.js"
+import { type Delivery, EventQueue, groupsOf, type OutgoingMessage } from "./EventQueue.js"
 
 /**
  * The in-process queue for `npm start` on a bare machine (no ROCKETMQ_ENDPOINTS): the same interface and
@@ -33,15 +33,33 @@ export const layerMemory: Layer.Layer<EventQueue> = Layer.sync(EventQueue, () =>
     consume: (group, handle) =>
       Effect.gen(function*() {
         const q = yield* queueOf(group)
-        yield* Effect.gen(function*() {
-          const m = yield* Queue.take(q)
-          for (let attempt = 1;; attempt++) {
-            const delivery: Delivery = { key: m.key, eventId: m.eventId, body: m.body, attempt }
-            const ok = yield* handle(delivery).pipe(Effect.as(true), Effect.catchAllCause(() => Effect.succeed(false)))
-            if (ok) break
-            yield* Effect.sleep(backoff(attempt - 1, { base: Duration.millis(100), cap: Duration.seconds(5) }))
-          }
-        }).pipe(Effect.forever, Effect.forkScoped)
+        // one delivery per group a round; a failed one is retried (with backoff) before its round's successors
+        const deliverRound = (round: ReadonlyArray<OutgoingMessage>) =>
+          Effect.gen(function*() {
+            let pending = round.map((m): Delivery => ({ key: m.key, eventId: m.eventId, body: m.body, attempt: 1 }))
+            while (pending.length > 0) {
+              const ok = yield* handle(pending)
+              pending = pending.filter((_, i) => !ok[i]).map((d) => ({ ...d, attempt: d.attempt + 1 }))
+              if (pending.length > 0) {
+                yield* Effect.sleep(
+                  backoff(pending[0]!.attempt - 2, { base: Duration.millis(100), cap: Duration.seconds(5) })
+                )
+              }
+            }
+          })
+        yield* Queue.takeBetween(q, 1, 256).pipe(
+          Effect.flatMap((batch) => {
+            const groups = groupsOf([...batch], (m) => m.group)
+            const rounds = Math.max(...groups.map((g) => g.length))
+            return Effect.forEach(
+              Array.from({ length: rounds }, (_, r) => groups.flatMap((g) => (r < g.length ? [g[r]!] : []))),
+              deliverRound,
+              { discard: true }
+            )
+          }),
+          Effect.forever,
+          Effect.forkScoped
+        )
       })
   })
 })

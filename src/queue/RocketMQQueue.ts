@@ -1,23 +1,17 @@
-import {
-  Array as Arr,
-  Clock,
-  Context,
-  Deferred,
-  Duration,
-  Effect,
-  Exit,
-  Layer,
-  Metric,
-  Option,
-  Schema,
-  type Scope
-} from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Exit, Layer, Metric, Option, Schema, type Scope } from "effect"
 import { Writable } from "node:stream"
 import { type ILogger, type MessageView, Producer, SimpleConsumer } from "rocketmq-client-nodejs"
 import * as S from "../config/Settings.js"
 import { backoffSchedule } from "../domain/backoff.js"
 import { queueConsumeLagSeconds } from "../observability/metrics.js"
-import { type Delivery, EventQueue, type OutgoingMessage, QueueUnavailable } from "./EventQueue.js"
+import {
+  type BatchHandler,
+  type Delivery,
+  EventQueue,
+  groupsOf,
+  type OutgoingMessage,
+  QueueUnavailable
+} from "./EventQueue.js"
 
 export interface RocketMQOptions {
   /** The proxy's gRPC endpoints, e.g. "127.0.0.1:8081". */
@@ -30,6 +24,10 @@ export interface RocketMQOptions {
   readonly retryDelay?: Duration.DurationInput
   /** Receives in flight per consumer group (default 4). */
   readonly receivers?: number
+  /** Messages received per receive call (default 32). */
+  readonly receiveBatch?: number
+  /** Message groups sent side by side by one publish (default 64); one group's messages go one after another. */
+  readonly sendConcurrency?: number
 }
 
 type Client = Producer | SimpleConsumer
@@ -90,9 +88,6 @@ const start = <C extends Client>(what: string, make: () => C): Effect.Effect<C, 
     ).pipe(Effect.tap((client) => Effect.addFinalizer(() => shutdown(client))))
   )
 
-/** Items by group, each group in its original order. */
-const groupsOf = <A>(items: ReadonlyArray<A>, groupOf: (a: A) => string) => Object.values(Arr.groupBy(items, groupOf))
-
 /** The event queue on a RocketMQ 5 proxy: FIFO messages (message group = `group`), orderly SimpleConsumers. */
 export const makeRocketMQQueue = (
   options: RocketMQOptions
@@ -102,6 +97,8 @@ export const makeRocketMQQueue = (
     const invisibleMs = Duration.toMillis(options.invisibleDuration ?? "60 seconds")
     const retryMs = Duration.toMillis(options.retryDelay ?? "1 second")
     const receivers = options.receivers ?? 4
+    const receiveBatch = options.receiveBatch ?? 32
+    const sendConcurrency = options.sendConcurrency ?? 64
     // the default logger writes to ~/logs/rocketmq, an error a second during an outage; failures are logged here
     const logger: ILogger = { info: () => {}, warn: () => {}, error: () => {} }
     const client = { endpoints, namespace: "", logger }
@@ -125,19 +122,19 @@ export const makeRocketMQQueue = (
             properties: new Map([["eventId", m.eventId]])
           }),
         catch: (cause) => unavailable("RocketMQ send failed", cause)
-      }).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => unavailable("RocketMQ send timed out") }))
+      })
 
     const publish = Effect.fn("RocketMQQueue.publish")(function*(messages: ReadonlyArray<OutgoingMessage>) {
       if (!(yield* Deferred.isDone(producer))) return yield* Effect.fail(unavailable("RocketMQ is not connected yet"))
       const p = yield* Deferred.await(producer)
-      // one group's messages in order; groups side by side
+      // one group's messages in order (each after the previous one's acknowledgement); groups side by side
       yield* Effect.forEach(groupsOf(messages, (m) => m.group), (group) => Effect.forEach(group, (m) => send(p, m)), {
-        concurrency: 16,
+        concurrency: sendConcurrency,
         discard: true
-      })
+      }).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => unavailable("RocketMQ send timed out") }))
     })
 
-    const consume = <E>(group: string, handle: (delivery: Delivery) => Effect.Effect<void, E>) =>
+    const consume = (group: string, handle: BatchHandler) =>
       Effect.gen(function*() {
         const consumer = yield* start(
           `consumer ${group}`,
@@ -159,7 +156,7 @@ export const makeRocketMQQueue = (
 
         // receive's long poll cannot be cancelled: on interruption wait for it and hand its messages back
         const receive = Effect.async<ReadonlyArray<MessageView>, unknown>((resume) => {
-          const received = consumer.receive(32, invisibleMs)
+          const received = consumer.receive(receiveBatch, invisibleMs)
           received.then((ms) => resume(Effect.succeed(ms)), (e) => resume(Effect.fail(e)))
           return Effect.promise(() =>
             received.then((ms) => Promise.all(ms.map((m) => consumer.changeInvisibleDuration(m, retryMs))), () => [])
@@ -172,54 +169,66 @@ export const makeRocketMQQueue = (
         const failures = new Map<string, number>()
         const consumeLag = Metric.tagged(queueConsumeLagSeconds, "group", group)
 
-        // true when acked; false when it failed (then it and the rest of its group come back)
-        const deliver = (m: MessageView) =>
+        /**
+         * Hands one round (one message per group) to the handler; acks what it handled. Answers, per message, whether
+         * its group goes on (false: it and its group's later messages come back after retryMs).
+         */
+        const deliverRound = (round: ReadonlyArray<MessageView>) =>
           Effect.gen(function*() {
-            const decoded = decodeDelivery({
-              key: m.keys[0] ?? "",
-              eventId: m.properties.get("eventId") ?? "",
-              body: m.body.toString("utf8"),
-              attempt: Math.max(m.deliveryAttempt ?? 1, (failures.get(m.messageId) ?? 0) + 1)
+            const now = yield* Clock.currentTimeMillis
+            const deliveries: Array<Delivery> = []
+            const handled: Array<MessageView> = []
+            const undecodable: Array<MessageView> = []
+            for (const m of round) {
+              // the envelope only (three strings and a count); the body is the consumer's to decode
+              const decoded = decodeDelivery({
+                key: m.keys[0] ?? "",
+                eventId: m.properties.get("eventId") ?? "",
+                body: m.body.toString("utf8"),
+                attempt: Math.max(m.deliveryAttempt ?? 1, (failures.get(m.messageId) ?? 0) + 1)
+              })
+              if (decoded._tag === "Left") {
+                undecodable.push(m)
+                continue
+              }
+              deliveries.push(decoded.right)
+              handled.push(m)
+              // the producer's clock to ours: one machine, or NTP-close ones
+              if (m.bornTimestamp !== undefined) {
+                yield* Metric.update(consumeLag, Math.max(0, now - m.bornTimestamp.getTime()) / 1000)
+              }
+            }
+            for (const m of undecodable) {
+              yield* Effect.logError("RocketMQ message without an event id or key: dropped").pipe(
+                Effect.annotateLogs({ message_id: m.messageId, message_group: m.messageGroup ?? "", group })
+              )
+            }
+            const ok = deliveries.length === 0 ? [] : yield* handle(deliveries)
+            const done = [...undecodable, ...handled.filter((_, i) => ok[i] === true)]
+            handled.forEach((m, i) => {
+              if (ok[i] === true) return failures.delete(m.messageId)
+              failures.set(m.messageId, deliveries[i]!.attempt)
+              if (failures.size > 10_000) failures.delete(failures.keys().next().value!)
             })
-            if (decoded._tag === "Left") {
-              yield* Effect.logError(`RocketMQ message ${m.messageId} has no event id: dropped`)
-              return yield* ack(m).pipe(Effect.as(true))
-            }
-            const d = decoded.right
-            // the producer's clock to ours: one machine, or NTP-close ones
-            if (m.bornTimestamp !== undefined) {
-              const now = yield* Clock.currentTimeMillis
-              yield* Metric.update(consumeLag, Math.max(0, now - m.bornTimestamp.getTime()) / 1000)
-            }
-            const exit = yield* Effect.exit(handle(d))
-            if (Exit.isSuccess(exit)) {
-              failures.delete(m.messageId)
-              return yield* ack(m).pipe(Effect.as(true))
-            }
-            failures.set(m.messageId, d.attempt)
-            if (failures.size > 10_000) failures.delete(failures.keys().next().value!)
-            yield* Effect.logWarning("event handler failed; redelivering", exit.cause).pipe(
-              Effect.annotateLogs({ event_id: d.eventId, task_id: d.key, attempt: d.attempt, group })
-            )
-            return false
+            yield* Effect.forEach(done, ack, { concurrency: "unbounded", discard: true })
+            return new Set(handled.filter((_, i) => ok[i] !== true))
           })
 
+        // a receive returns at most one message per group in practice; should one hold more, they go in rounds
         const handleBatch = (messages: ReadonlyArray<MessageView>) => {
           const pending = new Set(messages)
-          const inOrder = (ms: ReadonlyArray<MessageView>) =>
-            Effect.gen(function*() {
-              for (const [i, m] of ms.entries()) {
-                const ok = yield* deliver(m)
+          return Effect.gen(function*() {
+            let groups = groupsOf(messages, (m) => m.messageGroup ?? m.messageId)
+            while (groups.length > 0) {
+              const failed = yield* deliverRound(groups.map((g) => g[0]!))
+              groups.forEach((g) => pending.delete(g[0]!))
+              const stopped = groups.filter((g) => failed.has(g[0]!))
+              yield* Effect.forEach(stopped.flat(), (m) => {
                 pending.delete(m)
-                if (!ok) {
-                  for (const later of ms.slice(i + 1)) pending.delete(later)
-                  return yield* Effect.forEach(ms.slice(i), retryLater, { concurrency: "unbounded", discard: true })
-                }
-              }
-            })
-          return Effect.forEach(groupsOf(messages, (m) => m.messageGroup ?? m.messageId), inOrder, {
-            concurrency: "unbounded",
-            discard: true
+                return retryLater(m)
+              }, { concurrency: "unbounded", discard: true })
+              groups = groups.filter((g) => !failed.has(g[0]!) && g.length > 1).map((g) => g.slice(1))
+            }
           }).pipe(Effect.onInterrupt(() => Effect.forEach(pending, retryLater, { discard: true })))
         }
 
@@ -255,17 +264,24 @@ export const QueueSettings = S.area("Queue", "the event queue between the outbox
     "RocketMQ 5 proxy (gRPC), host:port; unset or empty: the in-process queue (one runner)"
   ),
   topic: S.string("ROCKETMQ_TOPIC", "topic of task events (FIFO per task)", "task-events"),
-  receivers: S.integer("ROCKETMQ_RECEIVERS", "concurrent receive loops per consumer group", 4, { min: 1 })
+  receivers: S.integer("ROCKETMQ_RECEIVERS", "concurrent receive loops per consumer group", 4, { min: 1 }),
+  receiveBatch: S.integer("ROCKETMQ_RECEIVE_BATCH", "messages asked for by one receive", 32, { min: 1, max: 32 }),
+  sendConcurrency: S.integer(
+    "ROCKETMQ_SEND_CONCURRENCY",
+    "message groups (tasks) one publish sends side by side; one task's messages go one after another",
+    64,
+    { min: 1 }
+  )
 })
 
 /** RocketMQ from ROCKETMQ_ENDPOINTS and ROCKETMQ_TOPIC; it starts (and publish fails) while RocketMQ is down. */
 export const layerRocketMQ: Layer.Layer<EventQueue> = Layer.scoped(
   EventQueue,
   Effect.gen(function*() {
-    const { endpoints, receivers, topic } = yield* QueueSettings.config
+    const { endpoints, receiveBatch, receivers, sendConcurrency, topic } = yield* QueueSettings.config
     if (Option.isNone(endpoints) || endpoints.value.length === 0) {
       return yield* Effect.dieMessage("ROCKETMQ_ENDPOINTS: required by the RocketMQ queue, not set")
     }
-    return yield* makeRocketMQQueue({ endpoints: endpoints.value, topic, receivers })
+    return yield* makeRocketMQQueue({ endpoints: endpoints.value, topic, receivers, receiveBatch, sendConcurrency })
   }).pipe(Effect.orDie)
 )

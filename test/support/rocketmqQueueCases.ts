@@ -6,7 +6,13 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Logger, LogLevel, Schedule } from "effect"
 import { execFile } from "node:child_process"
 import { fileURLToPath } from "node:url"
-import { type Delivery, type EventQueue, type OutgoingMessage, QueueUnavailable } from "../../src/queue/EventQueue.js"
+import {
+  type Delivery,
+  eachDelivery,
+  type EventQueue,
+  type OutgoingMessage,
+  QueueUnavailable
+} from "../../src/queue/EventQueue.js"
 import { makeRocketMQQueue } from "../../src/queue/RocketMQQueue.js"
 import { scaledDuration, services } from "./env.js"
 
@@ -66,15 +72,19 @@ describe.skipIf(endpoints === undefined)("RocketMQ event queue", () => {
       const delivered = new Map<string, Array<string>>(groups.map((g) => [g, []]))
       const inFlight = new Map<string, number>()
       let overlaps = 0
-      yield* queue.consume(group, (d: Delivery) =>
-        Effect.gen(function*() {
-          const now = (inFlight.get(d.key) ?? 0) + 1
-          inFlight.set(d.key, now)
-          if (now > 1) overlaps++
-          yield* Effect.sleep("2 millis")
-          delivered.get(d.key)!.push(d.eventId)
-          inFlight.set(d.key, now - 1)
-        }))
+      yield* queue.consume(
+        group,
+        eachDelivery((d: Delivery) =>
+          Effect.gen(function*() {
+            const now = (inFlight.get(d.key) ?? 0) + 1
+            inFlight.set(d.key, now)
+            if (now > 1) overlaps++
+            yield* Effect.sleep("2 millis")
+            delivered.get(d.key)!.push(d.eventId)
+            inFlight.set(d.key, now - 1)
+          })
+        )
+      )
       const messages = messagesOf(groups, 20)
       yield* publishAll(queue, messages)
 
@@ -92,13 +102,17 @@ describe.skipIf(endpoints === undefined)("RocketMQ event queue", () => {
       const queue = yield* queueOn(topic)
       const log: Array<{ readonly eventId: string; readonly attempt: number; readonly ok: boolean }> = []
       let failed = false
-      yield* queue.consume(group, (d: Delivery) =>
-        Effect.suspend(() => {
-          const fail = d.eventId === "task-a-1" && !failed
-          failed ||= fail
-          log.push({ eventId: d.eventId, attempt: d.attempt, ok: !fail })
-          return fail ? Effect.fail("handler failed") : Effect.void
-        }))
+      yield* queue.consume(
+        group,
+        eachDelivery((d: Delivery) =>
+          Effect.suspend(() => {
+            const fail = d.eventId === "task-a-1" && !failed
+            failed ||= fail
+            log.push({ eventId: d.eventId, attempt: d.attempt, ok: !fail })
+            return fail ? Effect.fail("handler failed") : Effect.void
+          })
+        )
+      )
       const messages = messagesOf(["task-a", "task-b"], 5)
       yield* publishAll(queue, messages)
 
@@ -126,7 +140,7 @@ describe("RocketMQ event queue without a broker", () => {
         const queue = yield* makeRocketMQQueue({ endpoints: "127.0.0.1:1", topic: "nowhere" }).pipe(
           Effect.provide(Logger.minimumLogLevel(LogLevel.None))
         )
-        yield* queue.consume("nobody", () => Effect.void)
+        yield* queue.consume("nobody", eachDelivery(() => Effect.void))
         yield* Effect.sleep("1 second")
         return yield* Effect.exit(queue.publish([{ key: "k", group: "k", eventId: "e", body: "{}" }]))
       }).pipe(Effect.scoped)
