@@ -116,7 +116,9 @@ export const startRunnerProcess = async (
   const health = watchHealth(child, httpPort, output)
   for (let i = 0; i < 240; i++) {
     try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return { child, httpPort, health }
+      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`, { signal: AbortSignal.timeout(5_000) })).ok) {
+        return { child, httpPort, health }
+      }
     } catch {
       // starting
     }
