@@ -1,243 +1,203 @@
 /**
- * npm run bench:webhooks — a bounded load generator on loopback posting validly signed webhooks (OpenAI and
- * Replicate Standard Webhooks, fal Ed25519, Luma URL tokens; 10% exact duplicates) at a fixed concurrency to
- * one runner process (gateway only: INBOX_PROCESSOR_ENABLED=false) on real PostgreSQL. Prints accepted/s,
- * p50/p99/p999 of the 204s, and the runner's CPU and RSS.
+ * npm run bench:webhooks — validly signed Standard Webhooks callbacks (OpenAI's shape; 10% exact duplicates) on
+ * loopback into real PostgreSQL, against the runner (gateway only: INBOX_PROCESSOR_ENABLED=false) and, in the same
+ * run, against its ceiling: a bare node:http server doing the same verification and the same grouped inbox insert
+ * (bench/webhookCeiling.ts). They take turns (runner, ceiling, runner, ceiling ...) so both see the same machine;
+ * the figures are medians over the rounds, and the ratio is the runner's over the ceiling's.
  *
- *   BENCH_SECONDS (15)  BENCH_CONCURRENCY (64)  DATABASE_URL (admin URL; a fresh database is created)
+ * Phases, each BENCH_SECONDS long, BENCH_ROUNDS times: closed loop on 1 process (BENCH_CONCURRENCY connections,
+ * one request in flight each), closed loop on 2 processes (the same connections spread over both ports), and
+ * an open loop at BENCH_RATE/s offered to 1 process (fixed schedule; latency counted from the scheduled time).
+ * The load generator is a child process (bench/webhookLoad.mjs) with BENCH_LOAD_WORKERS threads; its CPU is
+ * printed so a generator at 100% of a core is seen for what it is. CPU per webhook is the server processes'
+ * user+system time over the 204s.
+ *
+ *   BENCH_SECONDS (5)  BENCH_ROUNDS (3)  BENCH_CONCURRENCY (64)  BENCH_RATE (1000)  BENCH_LOAD_WORKERS (1)
+ *   BENCH_NODE_ARGS (node flags for the runners, e.g. --cpu-prof)  DATABASE_URL (admin URL; a fresh database)
  */
-import { spawn } from "node:child_process"
-import { generateKeyPairSync, sign } from "node:crypto"
+import { type ChildProcess, fork } from "node:child_process"
 import * as fs from "node:fs"
-import * as http from "node:http"
-import * as net from "node:net"
 import pg from "pg"
-import { Webhook } from "standardwebhooks"
-import { callbackQuery, falSigningString } from "../src/providers/signatures.js"
-import { freePort } from "./support.js"
+import { freePort, healthLine, percentile, startRunnerProcess, stopProcess } from "./support.js"
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 15)
-const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64)
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const CONNECTIONS = Number(process.env.BENCH_CONCURRENCY ?? 64)
+const RATE = Number(process.env.BENCH_RATE ?? 1000)
+const LOAD_WORKERS = Number(process.env.BENCH_LOAD_WORKERS ?? 1)
+const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
-const OPENAI = "whsec_" + Buffer.from("bench-openai-secret-0123456789ab").toString("base64")
-const REPLICATE = "whsec_" + Buffer.from("bench-replicate-secret-012345678").toString("base64")
-const TOKEN = "bench-callback-token-secret"
-const fal = generateKeyPairSync("ed25519")
-
-interface Req {
-  readonly path: string
-  readonly body: string
-  readonly headers: Record<string, string>
-}
-
-let n = 0
-let lumaAttempts: ReadonlyArray<string> = []
-const makeRequest = (): Req => {
-  const i = n++
-  const now = new Date()
-  const ts = Math.floor(now.getTime() / 1000)
-  switch (i % 4) {
-    case 0: {
-      const body = JSON.stringify({
-        id: `evt_${i}`,
-        object: "event",
-        created_at: ts,
-        type: "video.completed",
-        data: { id: `video_${i}` }
-      })
-      const id = `msg_${i}`
-      return {
-        path: "/webhooks/openai",
-        body,
-        headers: {
-          "webhook-id": id,
-          "webhook-timestamp": String(ts),
-          "webhook-signature": new Webhook(OPENAI).sign(id, now, body)
-        }
-      }
-    }
-    case 1: {
-      const body = JSON.stringify({ id: `pred_${i}`, status: "processing", output: null })
-      const id = `msg_${i}`
-      return {
-        path: "/webhooks/replicate",
-        body,
-        headers: {
-          "webhook-id": id,
-          "webhook-timestamp": String(ts),
-          "webhook-signature": new Webhook(REPLICATE).sign(id, now, body)
-        }
-      }
-    }
-    case 2: {
-      const body = JSON.stringify({
-        request_id: `req_${i}`,
-        status: "OK",
-        payload: { video: { url: "https://x/v.mp4" } }
-      })
-      const sig = sign(
-        null,
-        Buffer.from(falSigningString(`req_${i}`, "u", String(ts), Buffer.from(body))),
-        fal.privateKey
-      )
-      return {
-        path: "/webhooks/fal",
-        body,
-        headers: {
-          "x-fal-webhook-request-id": `req_${i}`,
-          "x-fal-webhook-user-id": "u",
-          "x-fal-webhook-timestamp": String(ts),
-          "x-fal-webhook-signature": sig.toString("hex")
-        }
-      }
-    }
-    default: {
-      // a Luma callback URL works only for an open attempt of a task: one of those made before the run
-      const attempt = lumaAttempts[i % lumaAttempts.length]!
-      return {
-        path: `/webhooks/luma?${callbackQuery(TOKEN, "luma", attempt, now)}`,
-        body: JSON.stringify({ id: `gen_${i}`, state: "dreaming" }),
-        headers: {}
-      }
-    }
-  }
-}
-
-const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
-const post = (port: number, r: Req) =>
-  new Promise<number>((resolve, reject) => {
-    const req = http.request({
-      host: "127.0.0.1",
-      port,
-      path: r.path,
-      method: "POST",
-      agent,
-      headers: { ...r.headers, "content-type": "application/json", "content-length": Buffer.byteLength(r.body) }
-    }, (res) => {
-      res.resume()
-      res.on("end", () => resolve(res.statusCode ?? 0))
-    })
-    req.on("error", reject)
-    req.end(r.body)
-  })
+const SECRET = "whsec_" + Buffer.from("bench-openai-secret-0123456789ab").toString("base64")
 
 const cpuTicks = (pid: number) => {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
   return Number(fields[11]) + Number(fields[12]) // utime + stime, in clock ticks (100/s)
 }
-const rssMiB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) / 1024
+const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
-const percentile = (xs: Array<number>, p: number) => xs[Math.min(xs.length - 1, Math.floor(p * xs.length))] ?? 0
+interface LoadResult {
+  readonly statuses: Record<string, number>
+  readonly latencies: Array<number>
+  readonly elapsed: number
+  readonly late: number
+}
+
+const ready = (child: ChildProcess) =>
+  new Promise<void>((resolve, reject) => {
+    child.once("message", () => resolve())
+    child.once("exit", (code) => reject(new Error(`child exited with ${code}`)))
+  })
+
+interface Phase {
+  readonly accepted: number
+  readonly p50: number
+  readonly p99: number
+  readonly cpuMsPerWebhook: number
+  readonly loadCpu: number
+  readonly late: number
+  readonly statuses: Record<string, number>
+}
 
 const main = async () => {
-  const jwks = http.createServer((_, res) => {
-    res.setHeader("content-type", "application/json")
-    res.end(JSON.stringify({ keys: [fal.publicKey.export({ format: "jwk" })] }))
-  })
-  await new Promise<void>((r) => jwks.listen(0, "127.0.0.1", r))
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
   const dbName = `bench_webhooks_${Date.now().toString(36)}`
   await admin.query(`CREATE DATABASE ${dbName}`)
   const url = new URL(adminUrl)
   url.pathname = `/${dbName}`
-  const [httpPort, runnerPort] = [await freePort(), await freePort()]
-  const nodeArgs = (process.env.RUNNER_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
-  // the runner as `npm start` runs it
-  const runner = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/runners/main.ts"], {
-    env: {
-      ...process.env,
-      DATABASE_URL: url.toString(),
-      HTTP_PORT: String(httpPort),
-      RUNNER_PORT: String(runnerPort),
-      OPENAI_WEBHOOK_SECRET: OPENAI,
-      REPLICATE_WEBHOOK_SECRET: REPLICATE,
-      CALLBACK_TOKEN_SECRET: TOKEN,
-      FAL_USER_ID: "u",
-      FAL_JWKS_URL: `http://127.0.0.1:${(jwks.address() as net.AddressInfo).port}/jwks.json`,
-      INBOX_PROCESSOR_ENABLED: "false",
-      LOG_LEVEL: "WARN"
-    },
-    stdio: ["ignore", "ignore", "inherit"]
-  })
+  const children: Array<ChildProcess> = []
+  const runners: Array<Awaited<ReturnType<typeof startRunnerProcess>>> = []
   try {
-    for (let i = 0; i < 240; i++) {
-      if (runner.exitCode !== null) throw new Error(`runner exited with ${runner.exitCode}`)
-      try {
-        if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) break
-      } catch { /* starting */ }
-      await new Promise((r) => setTimeout(r, 250))
+    const env = { DATABASE_URL: url.toString(), OPENAI_WEBHOOK_SECRET: SECRET, INBOX_PROCESSOR_ENABLED: "false" }
+    // one after the other: the first applies the migrations
+    for (let i = 0; i < 2; i++) runners.push(await startRunnerProcess(env, { nodeArgs }))
+    console.error("runners up")
+    const ceilings: Array<{ child: ChildProcess; port: number }> = []
+    for (let i = 0; i < 2; i++) {
+      const port = await freePort()
+      const child = fork("bench/webhookCeiling.ts", [], {
+        execArgv: ["--import", "tsx"],
+        env: { ...process.env, HTTP_PORT: String(port), DATABASE_URL: url.toString(), OPENAI_WEBHOOK_SECRET: SECRET }
+      })
+      children.push(child)
+      await ready(child)
+      ceilings.push({ child, port })
     }
-    // open Luma attempts for the callbacks, polled by nobody during the run (their next poll is a day away)
-    const setup = new pg.Client({ connectionString: url.toString() })
-    await setup.connect()
-    const project = crypto.randomUUID()
-    await setup.query("INSERT INTO projects (project_id, tenant_id, stream_epoch) VALUES ($1, $1, 1)", [project])
-    lumaAttempts = (await setup.query(
-      `WITH x AS (SELECT i, gen_random_uuid() AS task, gen_random_uuid() AS attempt FROM generate_series(1, 1000) i),
-       t AS (INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
-               status, stage, last_seq, current_attempt_id, home_region, write_epoch)
-             SELECT task, $1, $1, $1, 'bench-' || i, 'h', '{}', 'running', 'generating', 0, attempt, 'local', 1 FROM x
-             RETURNING id)
-       INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, provider_task_id,
-         submit_state, next_poll_at)
-       SELECT attempt, task, 1, 'luma', 'ray-2', 'bench-' || i, 'gen-bench-' || i, 'RUNNING', now() + interval '1 day'
-       FROM x WHERE (SELECT count(*) FROM t) > 0
-       RETURNING id`,
-      [project]
-    )).rows.map((r: { id: string }) => r.id)
-    await setup.end()
-    // warm up (JIT, pool, JWKS cache)
-    for (let i = 0; i < 200; i++) await post(httpPort, makeRequest())
+    const load = fork("bench/webhookLoad.mjs", [], { stdio: ["ignore", "inherit", "inherit", "ipc"] })
+    children.push(load)
+    await ready(load)
+    console.error("ceilings and load generator up")
 
-    // requests are signed before the clock starts, so the load generator spends its CPU on sending only
-    const prepared = Array.from({ length: 60_000 }, makeRequest)
-    let next = 0
-    const latencies: Array<number> = []
-    const statuses = new Map<number, number>()
-    const sent: Array<Req> = []
-    const cpu0 = cpuTicks(runner.pid!)
-    const started = performance.now()
-    const deadline = started + SECONDS * 1000
-    await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-      while (performance.now() < deadline) {
-        const duplicate = sent.length > 0 && Math.random() < 0.1
-        const r = duplicate ? sent[Math.floor(Math.random() * sent.length)]! : prepared[next++] ?? makeRequest()
-        if (!duplicate) sent.push(r)
-        const t0 = performance.now()
-        const status = await post(httpPort, r)
-        statuses.set(status, (statuses.get(status) ?? 0) + 1)
-        if (status === 204) latencies.push(performance.now() - t0)
+    let tags = 0
+    const run = (spec: { mode: "closed" | "open"; ports: Array<number>; seconds: number }) =>
+      new Promise<LoadResult>((resolve) => {
+        load.once("message", (m: LoadResult) => resolve(m))
+        load.send({
+          type: "run",
+          ...spec,
+          connections: CONNECTIONS,
+          rate: RATE,
+          secret: SECRET,
+          tag: `p${tags++}`,
+          workers: LOAD_WORKERS
+        })
+      })
+    const phase = async (
+      mode: "closed" | "open",
+      servers: ReadonlyArray<{ pid: number; port: number }>
+    ): Promise<Phase> => {
+      const pids = [...servers.map((s) => s.pid), load.pid!]
+      const before = pids.map(cpuTicks)
+      const r = await run({ mode, ports: servers.map((s) => s.port), seconds: SECONDS })
+      const used = pids.map((pid, i) => (cpuTicks(pid) - before[i]!) / 100)
+      const serverCpu = used.slice(0, -1).reduce((a, b) => a + b, 0)
+      const ok = r.latencies.length
+      return {
+        accepted: ok / r.elapsed,
+        p50: percentile(r.latencies, 50),
+        p99: percentile(r.latencies, 99),
+        cpuMsPerWebhook: serverCpu * 1000 / Math.max(1, ok),
+        loadCpu: used.at(-1)! / r.elapsed,
+        late: r.late,
+        statuses: r.statuses
       }
-    }))
-    const elapsed = (performance.now() - started) / 1000
-    const cpuSeconds = (cpuTicks(runner.pid!) - cpu0) / 100
-    const rss = rssMiB(runner.pid!)
-    latencies.sort((a, b) => a - b)
+    }
+    const runner = (n: number) => runners.slice(0, n).map((r) => ({ pid: r.child.pid!, port: r.httpPort }))
+    const ceiling = (n: number) => ceilings.slice(0, n).map((c) => ({ pid: c.child.pid!, port: c.port }))
+    const line = (name: string, p: Phase) =>
+      console.log(
+        `  ${name.padEnd(12)} ${p.accepted.toFixed(0).padStart(5)}/s  p50 ${p.p50.toFixed(1)} ms  p99 ${
+          p.p99.toFixed(1)
+        } ms  CPU ${p.cpuMsPerWebhook.toFixed(2)} ms/webhook  load generator ${
+          (p.loadCpu * 100).toFixed(0)
+        }% of a core${p.late > 0 ? `  unanswered ${p.late}` : ""}  ${JSON.stringify(p.statuses)}`
+      )
+
+    // warm-up (JIT, pools), not recorded
+    for (const s of [...runner(2), ...ceiling(2)]) {
+      const w = await run({ mode: "closed", ports: [s.port], seconds: 2 })
+      console.error(`warm-up :${s.port} ${JSON.stringify(w.statuses)}`)
+    }
+
+    const cases = [
+      ["runner ×1", "closed", runner(1)],
+      ["ceiling ×1", "closed", ceiling(1)],
+      ["runner ×2", "closed", runner(2)],
+      ["ceiling ×2", "closed", ceiling(2)],
+      [`runner @${RATE}/s`, "open", runner(1)],
+      [`ceiling @${RATE}/s`, "open", ceiling(1)]
+    ] as const
+    const results = new Map<string, Array<Phase>>(cases.map(([name]) => [name, []]))
+    console.log(
+      `webhooks: ${SECONDS} s phases, ${ROUNDS} rounds, ${CONNECTIONS} connections, load generator ${LOAD_WORKERS} thread(s)`
+    )
+    for (let round = 1; round <= ROUNDS; round++) {
+      console.log(`round ${round}`)
+      for (const [name, mode, servers] of cases) {
+        const p = await phase(mode, servers)
+        results.get(name)!.push(p)
+        line(name, p)
+      }
+    }
+    const med = (name: string, f: (p: Phase) => number) => median(results.get(name)!.map(f))
+    const ratio = (a: string, b: string) => {
+      const as = results.get(a)!
+      const bs = results.get(b)!
+      return median(as.map((p, i) => p.accepted / bs[i]!.accepted))
+    }
+    console.log(`medians of ${ROUNDS}:`)
+    for (const [name] of cases) {
+      console.log(
+        `  ${name.padEnd(18)} ${med(name, (p) => p.accepted).toFixed(0).padStart(5)}/s  p99 ${
+          med(name, (p) => p.p99).toFixed(1)
+        } ms  CPU ${med(name, (p) => p.cpuMsPerWebhook).toFixed(3)} ms/webhook  load generator ${
+          (med(name, (p) => p.loadCpu) * 100).toFixed(0)
+        }%`
+      )
+    }
+    console.log(`runner / ceiling, 1 process: ${(ratio("runner ×1", "ceiling ×1") * 100).toFixed(0)}% (goal ≥ 70%)`)
+    console.log(`runner / ceiling, 2 processes: ${(ratio("runner ×2", "ceiling ×2") * 100).toFixed(0)}%`)
+    console.log(
+      `2 processes / 1: runner ${ratio("runner ×2", "runner ×1").toFixed(2)}× (goal ≥ 1.5×), ceiling ${
+        ratio("ceiling ×2", "ceiling ×1").toFixed(2)
+      }×`
+    )
+    console.log(
+      `p99 at ${RATE}/s offered: runner ${
+        med(`runner @${RATE}/s`, (p) => p.p99).toFixed(1)
+      } ms (goal ≤ 50 ms), ceiling ${med(`ceiling @${RATE}/s`, (p) => p.p99).toFixed(1)} ms`
+    )
     const rows = await new pg.Client({ connectionString: url.toString() })
     await rows.connect()
     const stored = (await rows.query("SELECT count(*)::int AS n FROM provider_callback_inbox")).rows[0].n
     await rows.end()
-    console.log(`webhooks: ${SECONDS} s at concurrency ${CONCURRENCY}, 4 providers, 10% duplicates`)
-    console.log(
-      `statuses: ${JSON.stringify(Object.fromEntries(statuses))}; inbox rows ${stored} (unique sent ${
-        sent.length + 200
-      })`
-    )
-    console.log(`accepted (204): ${(latencies.length / elapsed).toFixed(0)}/s`)
-    console.log(
-      `latency of 204s: p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${
-        percentile(latencies, 0.99).toFixed(1)
-      } ms, p999 ${percentile(latencies, 0.999).toFixed(1)} ms`
-    )
-    console.log(`runner: CPU ${(cpuSeconds / elapsed * 100).toFixed(0)}% of one core, RSS ${rss.toFixed(0)} MiB`)
+    console.log(`inbox rows: ${stored}`)
+    console.log(healthLine(runners.map((r) => r.health.stop())))
   } finally {
-    runner.kill("SIGTERM")
-    await new Promise((r) => runner.on("exit", r))
+    for (const c of children) c.kill("SIGTERM")
+    await Promise.all(runners.map((r) => stopProcess(r.child, "SIGTERM")))
     await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`)
     await admin.end()
-    jwks.close()
-    agent.destroy()
   }
 }
 

@@ -37,7 +37,7 @@ const storable = (text: string | null) => text === null ? null : storableText(te
  * which reads the body) instead of being refused with a 503 its provider would retry for days. `payload` (jsonb,
  * for queries) is cast from the body by PostgreSQL: a parsed value is never serialised again here.
  */
-const toRecord = (e: InboxEntry) => ({
+export const inboxRecord = (e: InboxEntry) => ({
   provider: e.provider,
   dedup_key: storableText(e.dedupKey),
   provider_event_id: storable(e.providerEventId),
@@ -51,6 +51,29 @@ const toRecord = (e: InboxEntry) => ({
   as_jsonb: jsonbSafe(e.body),
   trace_id: e.traceId
 })
+
+/**
+ * One multi-row INSERT of `$1` (a JSON array of inboxRecord rows), with one NOTIFY on `$2` when any row is new,
+ * delivered at commit. Exported for bench:webhooks' ceiling, which runs this very statement.
+ */
+export const INBOX_INSERT = `
+  WITH ins AS (
+    INSERT INTO provider_callback_inbox (provider, dedup_key, provider_event_id, provider_task_id,
+      client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, body, payload,
+      trace_id)
+    SELECT r.provider, r.dedup_key, r.provider_event_id, r.provider_task_id, r.client_request_id,
+      r.attempt_id, r.provider_occurred_at, r.signature_key_version, decode(r.payload_hash, 'hex'), r.body,
+      CASE WHEN r.as_jsonb THEN r.body::jsonb END, r.trace_id
+    FROM jsonb_to_recordset($1::jsonb) AS r(
+      provider text, dedup_key text, provider_event_id text, provider_task_id text, client_request_id text,
+      attempt_id uuid, provider_occurred_at timestamptz, signature_key_version text, payload_hash text,
+      body text, as_jsonb boolean, trace_id text)
+    ON CONFLICT (provider, dedup_key) DO NOTHING
+    RETURNING provider, dedup_key
+  ), wake AS (
+    SELECT pg_notify($2, count(*)::text) FROM ins HAVING count(*) > 0
+  )
+  SELECT provider, dedup_key FROM ins, (SELECT count(*) FROM wake) w`
 
 const batchFallbacks = Metric.counter("inbox_batch_fallbacks", {
   description: "inbox write batches that failed and were retried row by row"
@@ -70,24 +93,10 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
     // suspended: anything thrown while the statement is built fails this batch as a defect, caught below
     const insert = (entries: ReadonlyArray<InboxEntry>) =>
       Effect.suspend(() =>
-        sql<{ provider: string; dedup_key: string }>`
-        WITH ins AS (
-          INSERT INTO provider_callback_inbox (provider, dedup_key, provider_event_id, provider_task_id,
-            client_request_id, attempt_id, provider_occurred_at, signature_key_version, payload_hash, body, payload,
-            trace_id)
-          SELECT r.provider, r.dedup_key, r.provider_event_id, r.provider_task_id, r.client_request_id,
-            r.attempt_id, r.provider_occurred_at, r.signature_key_version, decode(r.payload_hash, 'hex'), r.body,
-            CASE WHEN r.as_jsonb THEN r.body::jsonb END, r.trace_id
-          FROM jsonb_to_recordset(${JSON.stringify(entries.map(toRecord))}::jsonb) AS r(
-            provider text, dedup_key text, provider_event_id text, provider_task_id text, client_request_id text,
-            attempt_id uuid, provider_occurred_at timestamptz, signature_key_version text, payload_hash text,
-            body text, as_jsonb boolean, trace_id text)
-          ON CONFLICT (provider, dedup_key) DO NOTHING
-          RETURNING provider, dedup_key
-        ), wake AS (
-          SELECT pg_notify(${INBOX_CHANNEL}, count(*)::text) FROM ins HAVING count(*) > 0
-        )
-        SELECT provider, dedup_key FROM ins, (SELECT count(*) FROM wake) w`
+        sql.unsafe<{ provider: string; dedup_key: string }>(INBOX_INSERT, [
+          JSON.stringify(entries.map(inboxRecord)),
+          INBOX_CHANNEL
+        ])
       ).pipe(
         Effect.map((rows) => {
           const stored = new Set(rows.map((r) => `${r.provider}\u0000${r.dedup_key}`))

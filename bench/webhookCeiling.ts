@@ -1,0 +1,77 @@
+/**
+ * The ceiling of npm run bench:webhooks: a bare `node:http` server (no Effect, no routing, no metrics, no trace
+ * ids) doing what a webhook must cost at least: read the body, the same Standard Webhooks verification
+ * (verifyStandardWebhook), JSON.parse, and the same grouped inbox insert (CallbackInbox's statement and row shape,
+ * through `pg` as @effect/sql-pg uses it) with the same batch size and number of writers; 204 once the batch is
+ * committed. Run as a child process: HTTP_PORT, DATABASE_URL, OPENAI_WEBHOOK_SECRET, WRITERS (4).
+ */
+import { createHash } from "node:crypto"
+import * as http from "node:http"
+import pg from "pg"
+import { INBOX_INSERT, type InboxEntry, inboxRecord } from "../src/intake/CallbackInbox.js"
+import { INBOX_CHANNEL } from "../src/persistence/channels.js"
+import { verifyStandardWebhook } from "../src/providers/signatures.js"
+
+const secrets = [{ version: "current", secret: process.env.OPENAI_WEBHOOK_SECRET! }]
+const writers = Number(process.env.WRITERS ?? 4)
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: writers })
+
+type Waiting = { readonly entry: InboxEntry; readonly done: (ok: boolean) => void }
+const queue: Array<Waiting> = []
+let busy = 0
+const drain = () => {
+  while (busy < writers && queue.length > 0) {
+    const batch = queue.splice(0, 128)
+    busy++
+    pool.query(INBOX_INSERT, [JSON.stringify(batch.map((w) => inboxRecord(w.entry))), INBOX_CHANNEL]).then(
+      () => batch.forEach((w) => w.done(true)),
+      () => batch.forEach((w) => w.done(false))
+    ).finally(() => {
+      busy--
+      drain()
+    })
+  }
+}
+
+const answer = (res: http.ServerResponse, status: number) => res.writeHead(status, { "content-length": 0 }).end()
+
+http.createServer((req, res) => {
+  const chunks: Array<Buffer> = []
+  req.on("data", (c: Buffer) => chunks.push(c))
+  req.on("end", () => {
+    const body = Buffer.concat(chunks)
+    const verified = verifyStandardWebhook({
+      secrets,
+      headers: req.headers as Record<string, string>,
+      body,
+      now: new Date(),
+      toleranceSeconds: 300
+    })
+    if (verified._tag === "Left") return answer(res, 401)
+    const text = body.toString("utf8")
+    let event: { data?: { id?: unknown } }
+    try {
+      event = JSON.parse(text)
+    } catch {
+      return answer(res, 400)
+    }
+    const payloadHash = createHash("sha256").update(body).digest("hex")
+    queue.push({
+      entry: {
+        provider: "openai",
+        dedupKey: `id:${verified.right.eventId}`,
+        providerEventId: verified.right.eventId,
+        providerTaskId: typeof event.data?.id === "string" ? event.data.id : null,
+        clientRequestId: null,
+        attemptId: null,
+        providerOccurredAt: verified.right.timestamp,
+        signatureKeyVersion: verified.right.keyVersion,
+        payloadHash,
+        body: text,
+        traceId: ""
+      },
+      done: (ok) => answer(res, ok ? 204 : 503)
+    })
+    drain()
+  })
+}).listen(Number(process.env.HTTP_PORT), "127.0.0.1", () => process.send?.({ type: "ready" }))
