@@ -11,6 +11,7 @@ import { Entity } from "@effect/cluster"
 import { NodeRuntime } from "@effect/platform-node"
 import { Rpc } from "@effect/rpc"
 import { Effect, Layer, Logger, LogLevel, Option, Redacted, Schema } from "effect"
+import { monitorEventLoopDelay } from "node:perf_hooks"
 import pg from "pg"
 import type { TaskState } from "../src/domain/taskState.js"
 import { makeChange } from "../src/domain/transition.js"
@@ -24,10 +25,12 @@ import type { AttemptId, TaskId } from "../src/schema/ids.js"
 import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
 import { layerLifecycleDisabled } from "../src/testing/TestRunner.js"
 import { admitTask, observation } from "../test/support/tasks.js"
-import { percentile } from "./support.js"
+import { healthLine, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+/** BENCH_ENTITY_ONLY=1: the entity path alone (for a CPU profile through BENCH_NODE_ARGS or node --cpu-prof). */
+const ENTITY_ONLY = process.env.BENCH_ENTITY_ONLY === "1"
 const POOL = Number(process.env.DB_POOL_SIZE ?? 20)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -52,6 +55,37 @@ const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.suc
 const viaEcho = (t: { taskId: TaskId }, step: number) =>
   Effect.flatMap(Echo.client, (make) => make(t.taskId).Ping({ n: step })).pipe(Effect.asVoid)
 
+/**
+ * The runner here is this process: its event-loop lag p99 per 1 s window (perf_hooks, as the runner's own
+ * event_loop_lag_seconds) and the library's SHARD_LOCK_LOSS lines, counted by a logger beside the default one.
+ */
+const inProcessHealth = (): RunnerHealth & { readonly logger: Logger.Logger<unknown, void> } => {
+  const h = monitorEventLoopDelay({ resolution: 10 })
+  h.enable()
+  const timer = setInterval(() => {
+    health.lagP99Ms.push(Math.max(0, h.percentile(99) / 1e6 - 10))
+    h.reset()
+  }, 1_000)
+  const health = {
+    lagP99Ms: [] as Array<number>,
+    shardLockLosses: 0,
+    logger: Logger.make(({ message }) => {
+      if (String(message).includes(SHARD_LOCK_LOSS)) health.shardLockLosses++
+    }),
+    stop: () => {
+      clearInterval(timer)
+      h.disable()
+      return {
+        lagP99Ms: percentile(health.lagP99Ms, 50),
+        lagMaxWindowMs: health.lagP99Ms.length === 0 ? NaN : Math.max(...health.lagP99Ms),
+        shardLockLosses: health.shardLockLosses
+      }
+    }
+  }
+  return health
+}
+const health = inProcessHealth()
+
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
 const admitMany = (n: number) => Effect.forEach(Array.from({ length: n }), () => admitTask(), { concurrency: 16 })
@@ -64,6 +98,7 @@ const measure = <R>(
   Effect.gen(function*() {
     const latencies: Array<number> = []
     const started = performance.now()
+    const cpu = process.cpuUsage()
     yield* Effect.forEach(tasks, (t) =>
       Effect.gen(function*() {
         for (let step = 0; step < history.length; step++) {
@@ -73,7 +108,14 @@ const measure = <R>(
         }
       }), { concurrency: "unbounded", discard: true })
     const seconds = (performance.now() - started) / 1000
-    return { perSecond: latencies.length / seconds, p50: percentile(latencies, 50), p99: percentile(latencies, 99) }
+    const used = process.cpuUsage(cpu)
+    return {
+      perSecond: latencies.length / seconds,
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99),
+      // this process's CPU per transition: what the machine's load (other programs) changes least
+      cpuMs: (used.user + used.system) / 1000 / latencies.length
+    }
   })
 
 /** Observations are decoded once at the edge (webhook gateway, poller): built before timing starts. */
@@ -143,8 +185,23 @@ const program = Effect.gen(function*() {
     }))
     for (let round = 1; round <= ROUNDS; round++) {
       const entityTasks = yield* admitMany(TASKS)
-      const observations = new Map(entityTasks.map((t) => [t.taskId, history.map((_, step) => obs(t.attemptId, step))]))
+      // built a task at a time with a yield between (4,200 Schema constructions in one go stall the loop for 1–3 s
+      // on this machine, which the lag figures would count against the entity)
+      const observations = new Map(
+        yield* Effect.forEach(entityTasks, (t) =>
+          Effect.zipLeft(
+            Effect.sync(() => [t.taskId, history.map((_, step) => obs(t.attemptId, step))] as const),
+            Effect.yieldNow()
+          ))
+      )
       const a = yield* measure(entityTasks, viaEntity(observations))
+      if (ENTITY_ONLY) {
+        console.log(
+          `round ${round}: entity ${a.perSecond.toFixed(0)}/s p50 ${a.p50.toFixed(1)} ms p99 ${a.p99.toFixed(1)} ms ` +
+            `CPU ${a.cpuMs.toFixed(3)} ms/transition`
+        )
+        continue
+      }
       const b = yield* measure(yield* admitMany(TASKS), viaStore(new Map()))
       const f = yield* measure(entityTasks, viaEcho)
       const u = yield* Effect.provide(
@@ -156,11 +213,15 @@ const program = Effect.gen(function*() {
       ceiling.push(b)
       floor.push(f)
       console.log(
-        `round ${round}: entity ${a.perSecond.toFixed(0)}/s p50 ${a.p50.toFixed(1)} ms p99 ${a.p99.toFixed(1)} ms | ` +
-          `raw statement ${b.perSecond.toFixed(0)}/s p50 ${b.p50.toFixed(1)} ms p99 ${b.p99.toFixed(1)} ms | ` +
-          `no-op entity ${f.perSecond.toFixed(0)}/s | one change per transaction ${u.perSecond.toFixed(0)}/s`
+        `round ${round}: entity ${a.perSecond.toFixed(0)}/s p50 ${a.p50.toFixed(1)} ms p99 ${a.p99.toFixed(1)} ms ` +
+          `(${a.cpuMs.toFixed(3)} ms CPU each) | raw statement ${b.perSecond.toFixed(0)}/s p50 ${
+            b.p50.toFixed(1)
+          } ms ` +
+          `p99 ${b.p99.toFixed(1)} ms (${b.cpuMs.toFixed(3)} ms CPU each) | no-op entity ${f.perSecond.toFixed(0)}/s ` +
+          `(${f.cpuMs.toFixed(3)} ms CPU each) | one change per transaction ${u.perSecond.toFixed(0)}/s`
       )
     }
+    if (ENTITY_ONLY) return console.log(healthLine([health.stop()]))
     const e = median(entity.map((x) => x.perSecond))
     const r = median(ceiling.map((x) => x.perSecond))
     console.log(
@@ -188,11 +249,12 @@ const program = Effect.gen(function*() {
         median(floor.map((x) => x.perSecond)).toFixed(0)
       } msg/s`
     )
+    console.log(healthLine([health.stop()]))
   }).pipe(Effect.provide(stack))
 })
 
 program.pipe(
   Effect.scoped,
-  Effect.provide(Logger.minimumLogLevel(LogLevel.Warning)),
+  Effect.provide(Layer.merge(Logger.minimumLogLevel(LogLevel.Warning), Logger.add(health.logger))),
   NodeRuntime.runMain
 )

@@ -12,6 +12,7 @@ import { NodeClusterSocket } from "@effect/platform-node"
 import { RpcSerialization } from "@effect/rpc"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ClusterView } from "../cluster/ClusterView.js"
+import { layerRefusedRunners } from "../cluster/RefusedRunners.js"
 import { layerRunnerStorage, RunnerControls } from "../cluster/RunnerControls.js"
 import { RunnerReportsLive } from "../cluster/RunnerReports.js"
 import { backoffSchedule } from "../domain/backoff.js"
@@ -55,8 +56,10 @@ export const layerCluster = (c: RunnerConfig) => {
   return Layer.mergeAll(ClusterView.Default, RunnerReportsLive).pipe(
     Layer.provideMerge(sockets),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
-    // Sharding's runner storage: the operators' drains and weights laid over the runner list, over the storage
-    // whose shard-lock refreshes are observed for /readyz, over SqlRunnerStorage
+    // Sharding's runner storage: runners refusing connections taken as gone (RefusedRunners.ts), over the operators'
+    // drains and weights laid over the runner list, over the storage whose shard-lock refreshes are observed for
+    // /readyz, over SqlRunnerStorage
+    Layer.provide(layerRefusedRunners),
     Layer.provide(layerRunnerStorage),
     Layer.provideMerge(watched),
     Layer.provide(clusterTables(SqlRunnerStorage.layer)),
