@@ -115,7 +115,8 @@ export const layerRunnerWith = <E, R, A2, E2, R2>(
 ) => {
   const has = (role: Role) => c.roles.has(role)
   return Layer.mergeAll(
-    when(has("entities"), Layer.mergeAll(InboxProcessorLive, ResumeOnAcquireLive)),
+    // the lifecycle is one layer value: memoized, so the resume (which parks idle tasks) shares the entities' instance
+    when(has("entities"), Layer.mergeAll(InboxProcessorLive, ResumeOnAcquireLive).pipe(Layer.provide(lifecycle))),
     when(has("singletons"), Layer.mergeAll(SweeperLive, ReconcilersLive, EventRetentionLive)),
     MetricsSamplerLive,
     propagation
