@@ -48,6 +48,17 @@ const refuseSocket = (socket: Duplex, r: Refusal) => {
   )
 }
 
+/**
+ * A request that came before the platform's app was attached: the server listens as soon as its layer is built, and
+ * the API is built after it, so a prober or a load balancer can reach the port first. Node leaves a request without
+ * a listener unanswered for good (seen: benches polling /openapi.json at start hung); it gets this instead.
+ */
+const starting: Refusal = {
+  status: 503,
+  body: { _tag: "Starting", message: "the runner is starting: try again shortly" },
+  retryAfterSeconds: 1
+}
+
 const pathOf = (request: IncomingMessage) => {
   const url = request.url ?? "/"
   const q = url.indexOf("?")
@@ -81,6 +92,11 @@ export const makeServer = (): { readonly server: Server; readonly routes: RawRou
       const route = requests.find((r) => r.matches(path))
       if (route !== undefined) {
         route.handle(args[0], args[1])
+        return true
+      }
+      if (server.listenerCount("request") === 0) {
+        args[1].shouldKeepAlive = false
+        refuseRequest(args[1], starting)
         return true
       }
     } else if (event === "upgrade") {
