@@ -198,3 +198,35 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
     scaled(300_000)
   )
 })
+
+describe("npm run cluster refuses", () => {
+  it(
+    "a deployment without DATABASE_URL, or one missing a role, with one line and exit 1, starting nothing",
+    async () => {
+      for (
+        const [settings, args, line] of [
+          [
+            {},
+            [],
+            "cluster: DATABASE_URL: required: the processes share one PostgreSQL (the embedded PGlite serves one " +
+            "process: npm start)"
+          ],
+          [
+            { DATABASE_URL: "postgres://postgres@127.0.0.1:1/none", REDIS_URL: "redis://127.0.0.1:1" },
+            ["--roles", "api,webhooks,gateway"],
+            "cluster: --roles: no process has entities, singletons, dispatcher: every role must run somewhere"
+          ]
+        ] as const
+      ) {
+        const cluster = spawnNpm(["run", "-s", "cluster", "--", "--processes", "2", ...args], settings)
+        try {
+          expect(await withTimeout(cluster.exited, 60_000, "cluster refusal")).toBe(1)
+          expect(cluster.output().trimEnd().split("\n")).toEqual([line])
+        } finally {
+          killAll(cluster)
+        }
+      }
+    },
+    scaled(120_000)
+  )
+})
