@@ -89,11 +89,25 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
           AUTH_SECRET,
           SIMULATOR_PORT: String(simPort),
           POLL_INTERVAL_SCALE: "0.05",
+          DB_POOL_SIZE: "4",
           OUTBOX_SWEEP_INTERVAL: "500 millis",
           LOG_FORMAT: "json",
           LOG_LEVEL: "Info"
         })
-        yield* Effect.addFinalizer(() => Effect.sync(() => killAll(cluster)))
+        // on a failure: npm, and each process the command started with its group (nginx rewrites its environment, so
+        // the run's mark alone does not find it)
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            killAll(cluster)
+            for (const { pid } of startedLines(cluster.output())) {
+              try {
+                process.kill(-pid!, "SIGKILL")
+              } catch {
+                // gone
+              }
+            }
+          })
+        )
         yield* Effect.promise(() =>
           withTimeout(
             new Promise<void>((resolve, reject) => {
@@ -174,6 +188,15 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
           "30 seconds"
         )
         stream.close()
+        // the task's entity ran on the worker, never on the edge (a cluster client hosts none): observations applied
+        const observations = (port: number) =>
+          Effect.promise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
+            Effect.map((text) =>
+              [...text.matchAll(/^task_observations_total\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
+            )
+          )
+        expect(yield* observations(workerHttp)).toBeGreaterThan(0)
+        expect(yield* observations(edgeHttp)).toBe(0)
 
         // one SIGTERM to the command (npm): every process it started exits, and so does it
         const started = startedLines(cluster.output())
