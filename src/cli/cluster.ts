@@ -108,7 +108,6 @@ interface Args {
 const run = (args: Args) =>
   Effect.gen(function*() {
     yield* S.validateAll(allAreas)
-    yield* checkListener
     const settings = yield* RunnerSettings.config
     const services = yield* servicesFromEnv
     if (!services.database) {
@@ -125,6 +124,7 @@ const run = (args: Args) =>
       firstRunnerPort: Option.getOrElse(args.firstRunnerPort, () => settings.runnerPort),
       services
     })
+    yield* checkListener
     const fs = yield* FileSystem.FileSystem
     if (!(yield* fs.exists(args.nginx))) {
       return yield* Effect.fail(

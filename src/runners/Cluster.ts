@@ -48,6 +48,8 @@ export const layerCluster = (c: RunnerConfig) => {
       ))
     )
     : SocketRunner.layerClientOnly.pipe(Layer.provide(NodeClusterSocket.layerClientProtocol))
+  // typed as the storage only: the watch (ShardLockWatch) is there when this runner holds shard locks, and /readyz
+  // checks it where it finds it (src/http/Health.ts)
   const watched: Layer.Layer<
     RunnerStorage.RunnerStorage,
     never,

@@ -43,7 +43,7 @@ onRepeatedSignal()
 
 S.validateAll(allAreas).pipe(
   Effect.zipRight(
-    Effect.zipRight(checkListener, checkRoles).pipe(
+    Effect.zipRight(checkRoles, checkListener).pipe(
       Effect.provide(layerLogging),
       Effect.mapError((e) => typeof e === "string" ? e : S.describe(e))
     )

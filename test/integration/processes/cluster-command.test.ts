@@ -89,11 +89,25 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
           AUTH_SECRET,
           SIMULATOR_PORT: String(simPort),
           POLL_INTERVAL_SCALE: "0.05",
+          DB_POOL_SIZE: "4",
           OUTBOX_SWEEP_INTERVAL: "500 millis",
           LOG_FORMAT: "json",
           LOG_LEVEL: "Info"
         })
-        yield* Effect.addFinalizer(() => Effect.sync(() => killAll(cluster)))
+        // on a failure: npm, and each process the command started with its group (nginx rewrites its environment, so
+        // the run's mark alone does not find it)
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            killAll(cluster)
+            for (const { pid } of startedLines(cluster.output())) {
+              try {
+                process.kill(-pid!, "SIGKILL")
+              } catch {
+                // gone
+              }
+            }
+          })
+        )
         yield* Effect.promise(() =>
           withTimeout(
             new Promise<void>((resolve, reject) => {
@@ -174,6 +188,15 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
           "30 seconds"
         )
         stream.close()
+        // the task's entity ran on the worker, never on the edge (a cluster client hosts none): observations applied
+        const observations = (port: number) =>
+          Effect.promise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
+            Effect.map((text) =>
+              [...text.matchAll(/^task_observations_total\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
+            )
+          )
+        expect(yield* observations(workerHttp)).toBeGreaterThan(0)
+        expect(yield* observations(edgeHttp)).toBe(0)
 
         // one SIGTERM to the command (npm): every process it started exits, and so does it
         const started = startedLines(cluster.output())
@@ -187,8 +210,10 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
             .sort()
         )
         expect(cluster.processes().length).toBeGreaterThanOrEqual(5)
+        const signalled = Date.now()
         process.kill(cluster.child.pid!, "SIGTERM")
         const code = yield* Effect.promise(() => withTimeout(cluster.exited, 90_000, "the cluster to stop"))
+        yield* Effect.logWarning(`SIGTERM to npm run cluster: every process exited within ${Date.now() - signalled} ms`)
         expect(code).toBe(0)
         expect(started.filter((l) => alive(l.pid!))).toEqual([])
         expect(cluster.processes()).toEqual([])
@@ -196,5 +221,37 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
         expect(yield* Effect.promise(() => probe(entry, "/healthz"))).toBe("refused")
       }).pipe(Effect.scoped),
     scaled(300_000)
+  )
+})
+
+describe("npm run cluster refuses", () => {
+  it(
+    "a deployment without DATABASE_URL, or one missing a role, with one line and exit 1, starting nothing",
+    async () => {
+      for (
+        const [settings, args, line] of [
+          [
+            {},
+            [],
+            "cluster: DATABASE_URL: required: the processes share one PostgreSQL (the embedded PGlite serves one " +
+            "process: npm start)"
+          ],
+          [
+            { DATABASE_URL: "postgres://postgres@127.0.0.1:1/none", REDIS_URL: "redis://127.0.0.1:1" },
+            ["--roles", "api,webhooks,gateway"],
+            "cluster: --roles: no process has entities, singletons, dispatcher: every role must run somewhere"
+          ]
+        ] as const
+      ) {
+        const cluster = spawnNpm(["run", "-s", "cluster", "--", "--processes", "2", ...args], settings)
+        try {
+          expect(await withTimeout(cluster.exited, 60_000, "cluster refusal")).toBe(1)
+          expect(cluster.output().trimEnd().split("\n")).toEqual([line])
+        } finally {
+          killAll(cluster)
+        }
+      }
+    },
+    scaled(120_000)
   )
 })

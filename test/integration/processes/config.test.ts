@@ -55,6 +55,16 @@ describe("settings are validated before the runner starts", () => {
     expect(connections).toBe(0)
   })
 
+  it("impossible RUNNER_ROLES: exit 1, one line naming it, no database connection", async () => {
+    const { code, connections, lines } = await start({ RUNNER_ROLES: "api,singletons" })
+    expect(lines).toEqual([
+      "config: RUNNER_ROLES: api,singletons: singletons needs entities (a cluster singleton runs on a runner that " +
+      "hosts shards; a process without entities is a cluster client and hosts none)"
+    ])
+    expect(code).toBe(1)
+    expect(connections).toBe(0)
+  })
+
   it("several invalid values are named on the same one line", async () => {
     const { code, connections, lines } = await start({ QUOTA_LOCAL_SHARE: "2", SWEEP_BATCH: "0", LOG_LEVEL: "loud" })
     expect(lines).toHaveLength(1)
