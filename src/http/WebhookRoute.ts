@@ -10,7 +10,7 @@
 import { Duration, Effect, Either, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { WEBHOOK_PREFIX, type WebhookAnswer, WebhookGateway, WebhookSettings } from "../intake/Webhooks.js"
-import { newTraceId, traced } from "../tracing/TraceId.js"
+import { newTraceId, traced, withTraceId } from "../tracing/TraceId.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
@@ -63,6 +63,12 @@ const headersOf = (req: IncomingMessage): Record<string, string | undefined> => 
  * How much of a refused body is still read (and dropped) after the answer, so the client reads the answer before
  * the socket closes: closing a socket with unread input sends a reset, which can overtake the answer.
  */
+/** The work of a trace with no span: its trace id (the caller's, else a new one) on its log lines and inbox row. */
+const untraced = <A>(parent: { readonly traceId: string } | undefined, f: (traceId: string) => Effect.Effect<A>) => {
+  const traceId = parent?.traceId ?? newTraceId()
+  return withTraceId(traceId)(f(traceId))
+}
+
 const lingerBytes = (maxBytes: number) => Math.max(1024 * 1024, 4 * maxBytes)
 
 export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
@@ -130,12 +136,15 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
       return answer(req, res, admitted.left, "linger", deadline, parent?.traceId ?? newTraceId())
     }
     const provider = admitted.right.provider
-    const respond = (mode: "keep" | "close" | "linger", work: Effect.Effect<WebhookAnswer>) =>
-      void run(traced("Webhooks.receive", parent, (traceId) =>
+    const respond = (mode: "keep" | "close" | "linger", work: Effect.Effect<WebhookAnswer>) => {
+      const reply = (traceId: string) =>
         work.pipe(
           Effect.map((a) => answer(req, res, a, mode, deadline, traceId)),
           Effect.annotateLogs({ provider })
-        )))
+        )
+      // a span only when the caller samples its trace: one per webhook cost more than the rest of the Effect part
+      void run(parent?.sampled === true ? traced("Webhooks.receive", parent, reply) : untraced(parent, reply))
+    }
     const tooLarge = () => respond("linger", gateway.refused(provider, 413, "too_large", "body too large"))
     if (Number(headers["content-length"] ?? "0") > maxBytes) return tooLarge()
     readBody(req, maxBytes, deadline, (read) => {
