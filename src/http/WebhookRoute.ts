@@ -128,10 +128,13 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
    */
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     const deadline = Date.now() + timeoutMs
-    const url = new URL(req.url ?? "/", "http://gateway")
+    // the path and query split by hand: new URL() per webhook, for a query only callback-token providers read
+    const target = req.url ?? "/"
+    const q = target.indexOf("?")
+    const pathname = q === -1 ? target : target.slice(0, q)
     const headers = headersOf(req)
     const parent = traceparentOf(req.headers)
-    const admitted = gateway.admit(url.pathname, req.method ?? "GET", headers)
+    const admitted = gateway.admit(pathname, req.method ?? "GET", headers)
     if (Either.isLeft(admitted)) {
       return answer(req, res, admitted.left, "linger", deadline, parent?.traceId ?? newTraceId())
     }
@@ -159,7 +162,11 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
         case "Body":
           return respond(
             "keep",
-            gateway.handle(admitted.right, { headers, query: url.searchParams, body: read.bytes }).pipe(
+            gateway.handle(admitted.right, {
+              headers,
+              query: new URLSearchParams(q === -1 ? "" : target.slice(q + 1)),
+              body: read.bytes
+            }).pipe(
               Effect.catchAllCause((cause) =>
                 Effect.as(Effect.logError("webhook failed", cause), { status: 500, error: "internal error" })
               )

@@ -131,7 +131,7 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
             : refused(provider, 401, reason)
         }
 
-        const text = Buffer.from(request.body).toString("utf8")
+        const text = Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString("utf8")
         // checked before anything walks the parsed value: a deep one overflowed the stack on the inbox's write
         if (jsonDepthExceeds(text, maxDepth)) {
           return yield* refused(
