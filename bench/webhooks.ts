@@ -68,6 +68,8 @@ interface Phase {
   readonly statuses: Record<string, number>
   /** Callbacks per INSERT (runners only). */
   readonly batch: number | undefined
+  /** The other runner's CPU (fraction of a core) while one took the load: what a runner costs with no webhooks. */
+  readonly idleCpu: number | undefined
 }
 
 const main = async () => {
@@ -118,6 +120,11 @@ const main = async () => {
       mode: "closed" | "open",
       servers: ReadonlyArray<{ pid: number; port: number }>
     ): Promise<Phase> => {
+      // the runner not under load in a 1-process phase: its own background work (shard locks, pollers, metrics)
+      const idleRunner = runners.find((r) =>
+        !servers.some((s) => s.port === r.httpPort) && runners[0]!.httpPort === servers[0]!.port
+      )
+      const idle0 = idleRunner === undefined ? 0 : cpuTicks(idleRunner.child.pid!)
       const pids = [...servers.map((s) => s.pid), load.pid!]
       const isRunner = runners.some((r) => r.httpPort === servers[0]!.port)
       const batches = () => isRunner ? Promise.all(servers.map((s) => inboxBatches(s.port))) : Promise.resolve([])
@@ -125,6 +132,7 @@ const main = async () => {
       const before = pids.map(cpuTicks)
       const r = await run({ mode, ports: servers.map((s) => s.port), seconds: SECONDS })
       const used = pids.map((pid, i) => (cpuTicks(pid) - before[i]!) / 100)
+      const idleCpu = idleRunner === undefined ? undefined : (cpuTicks(idleRunner.child.pid!) - idle0) / 100 / r.elapsed
       const batches1 = await batches()
       const sum = (bs: ReadonlyArray<{ statements: number; rows: number }>, k: "statements" | "rows") =>
         bs.reduce((n, b) => n + b[k], 0)
@@ -138,6 +146,7 @@ const main = async () => {
         loadCpu: used.at(-1)! / r.elapsed,
         late: r.late,
         statuses: r.statuses,
+        idleCpu,
         batch: isRunner
           ? (sum(batches1, "rows") - sum(batches0, "rows")) /
             (sum(batches1, "statements") - sum(batches0, "statements"))
