@@ -162,8 +162,8 @@ const main = async () => {
         } ms  CPU ${p.cpuMsPerWebhook.toFixed(2)} ms/webhook  load generator ${
           (p.loadCpu * 100).toFixed(0)
         }% of a core${p.batch === undefined ? "" : `  ${p.batch.toFixed(1)} callbacks/INSERT`}${
-          p.late > 0 ? `  unanswered ${p.late}` : ""
-        }  ${JSON.stringify(p.statuses)}`
+          p.idleCpu === undefined ? "" : `  (idle runner ${(p.idleCpu * 100).toFixed(0)}% of a core)`
+        }${p.late > 0 ? `  unanswered ${p.late}` : ""}  ${JSON.stringify(p.statuses)}`
       )
 
     // warm-up (JIT, pools), not recorded
