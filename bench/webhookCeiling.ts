@@ -8,7 +8,7 @@
 import { createHash } from "node:crypto"
 import * as http from "node:http"
 import pg from "pg"
-import { INBOX_INSERT, type InboxEntry, inboxRecord } from "../src/intake/CallbackInbox.js"
+import { INBOX_INSERT, inboxBatch, type InboxEntry } from "../src/intake/CallbackInbox.js"
 import { INBOX_CHANNEL } from "../src/persistence/channels.js"
 import { verifyStandardWebhook } from "../src/providers/signatures.js"
 
@@ -23,9 +23,11 @@ const drain = () => {
   while (busy < writers && queue.length > 0) {
     const batch = queue.splice(0, 128)
     busy++
-    pool.query(INBOX_INSERT, [JSON.stringify(batch.map((w) => inboxRecord(w.entry))), INBOX_CHANNEL]).then(
+    const insert = (ws: Array<Waiting>) => pool.query(INBOX_INSERT, [inboxBatch(ws.map((w) => w.entry)), INBOX_CHANNEL])
+    // as CallbackInbox: a failed batch (two batches holding the same duplicate can deadlock) is written row by row
+    insert(batch).then(
       () => batch.forEach((w) => w.done(true)),
-      () => batch.forEach((w) => w.done(false))
+      () => Promise.all(batch.map((w) => insert([w]).then(() => w.done(true), () => w.done(false))))
     ).finally(() => {
       busy--
       drain()

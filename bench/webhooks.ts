@@ -33,6 +33,16 @@ const cpuTicks = (pid: number) => {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
   return Number(fields[11]) + Number(fields[12]) // utime + stime, in clock ticks (100/s)
 }
+/** The runner's inbox group commits so far (its /metrics): statements and the callbacks they carried. */
+const inboxBatches = async (port: number) => {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+  const value = (name: string) => {
+    const line = text.split("\n").find((l) => l.startsWith(`${name}{`) && l.includes(`writer="inbox"`))
+    return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(" ") + 1))
+  }
+  return { statements: value("group_commit_batch_size_count"), rows: value("group_commit_batch_size_sum") }
+}
+
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
 interface LoadResult {
@@ -56,6 +66,10 @@ interface Phase {
   readonly loadCpu: number
   readonly late: number
   readonly statuses: Record<string, number>
+  /** Callbacks per INSERT (runners only). */
+  readonly batch: number | undefined
+  /** The other runner's CPU (fraction of a core) while one took the load: what a runner costs with no webhooks. */
+  readonly idleCpu: number | undefined
 }
 
 const main = async () => {
@@ -106,10 +120,22 @@ const main = async () => {
       mode: "closed" | "open",
       servers: ReadonlyArray<{ pid: number; port: number }>
     ): Promise<Phase> => {
+      // the runner not under load in a 1-process phase: its own background work (shard locks, pollers, metrics)
+      const idleRunner = runners.find((r) =>
+        !servers.some((s) => s.port === r.httpPort) && runners[0]!.httpPort === servers[0]!.port
+      )
+      const idle0 = idleRunner === undefined ? 0 : cpuTicks(idleRunner.child.pid!)
       const pids = [...servers.map((s) => s.pid), load.pid!]
+      const isRunner = runners.some((r) => r.httpPort === servers[0]!.port)
+      const batches = () => isRunner ? Promise.all(servers.map((s) => inboxBatches(s.port))) : Promise.resolve([])
+      const batches0 = await batches()
       const before = pids.map(cpuTicks)
       const r = await run({ mode, ports: servers.map((s) => s.port), seconds: SECONDS })
       const used = pids.map((pid, i) => (cpuTicks(pid) - before[i]!) / 100)
+      const idleCpu = idleRunner === undefined ? undefined : (cpuTicks(idleRunner.child.pid!) - idle0) / 100 / r.elapsed
+      const batches1 = await batches()
+      const sum = (bs: ReadonlyArray<{ statements: number; rows: number }>, k: "statements" | "rows") =>
+        bs.reduce((n, b) => n + b[k], 0)
       const serverCpu = used.slice(0, -1).reduce((a, b) => a + b, 0)
       const ok = r.latencies.length
       return {
@@ -119,7 +145,12 @@ const main = async () => {
         cpuMsPerWebhook: serverCpu * 1000 / Math.max(1, ok),
         loadCpu: used.at(-1)! / r.elapsed,
         late: r.late,
-        statuses: r.statuses
+        statuses: r.statuses,
+        idleCpu,
+        batch: isRunner
+          ? (sum(batches1, "rows") - sum(batches0, "rows")) /
+            (sum(batches1, "statements") - sum(batches0, "statements"))
+          : undefined
       }
     }
     const runner = (n: number) => runners.slice(0, n).map((r) => ({ pid: r.child.pid!, port: r.httpPort }))
@@ -130,7 +161,9 @@ const main = async () => {
           p.p99.toFixed(1)
         } ms  CPU ${p.cpuMsPerWebhook.toFixed(2)} ms/webhook  load generator ${
           (p.loadCpu * 100).toFixed(0)
-        }% of a core${p.late > 0 ? `  unanswered ${p.late}` : ""}  ${JSON.stringify(p.statuses)}`
+        }% of a core${p.batch === undefined ? "" : `  ${p.batch.toFixed(1)} callbacks/INSERT`}${
+          p.idleCpu === undefined ? "" : `  (idle runner ${(p.idleCpu * 100).toFixed(0)}% of a core)`
+        }${p.late > 0 ? `  unanswered ${p.late}` : ""}  ${JSON.stringify(p.statuses)}`
       )
 
     // warm-up (JIT, pools), not recorded

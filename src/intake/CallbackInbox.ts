@@ -23,11 +23,17 @@ export interface InboxEntry {
   readonly traceId: string
 }
 
-/** Whether jsonb can hold this JSON exactly (it refuses \u0000 and unpaired surrogates). */
-const jsonbSafe = (text: string): boolean =>
+const jsonbSafeSlow = (text: string): boolean =>
   !/\\u0000/i.test(text) &&
   !/\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}/i.test(text) &&
   !/[\ud800-\udfff]/.test(text.replace(/[\ud800-\udbff][\udc00-\udfff]/g, ""))
+
+/**
+ * Whether jsonb can hold this JSON exactly (it refuses \u0000 and unpaired surrogates). Most bodies have neither a
+ * \u escape nor a surrogate: one scan for each, and the full checks (a copy of the text among them) only then.
+ */
+const jsonbSafe = (text: string): boolean =>
+  (/\\u/i.test(text) || /[\ud800-\udfff]/.test(text)) ? jsonbSafeSlow(text) : true
 
 const storable = (text: string | null) => text === null ? null : storableText(text)
 
@@ -75,6 +81,24 @@ export const INBOX_INSERT = `
   )
   SELECT provider, dedup_key FROM ins, (SELECT count(*) FROM wake) w`
 
+const byKey = (a: { provider: string; dedup_key: string }, b: { provider: string; dedup_key: string }) =>
+  a.provider < b.provider
+    ? -1
+    : a.provider > b.provider
+    ? 1
+    : a.dedup_key < b.dedup_key
+    ? -1
+    : a.dedup_key > b.dedup_key
+    ? 1
+    : 0
+
+/**
+ * INBOX_INSERT's `$1`: the rows in key order, so two batches holding the same duplicates take their locks in the
+ * same order (in arrival order, they deadlocked now and then under load, and both were written again row by row).
+ */
+export const inboxBatch = (entries: ReadonlyArray<InboxEntry>): string =>
+  JSON.stringify(entries.map(inboxRecord).sort(byKey))
+
 const batchFallbacks = Metric.counter("inbox_batch_fallbacks", {
   description: "inbox write batches that failed and were retried row by row"
 })
@@ -93,10 +117,7 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
     // suspended: anything thrown while the statement is built fails this batch as a defect, caught below
     const insert = (entries: ReadonlyArray<InboxEntry>) =>
       Effect.suspend(() =>
-        sql.unsafe<{ provider: string; dedup_key: string }>(INBOX_INSERT, [
-          JSON.stringify(entries.map(inboxRecord)),
-          INBOX_CHANNEL
-        ])
+        sql.unsafe<{ provider: string; dedup_key: string }>(INBOX_INSERT, [inboxBatch(entries), INBOX_CHANNEL])
       ).pipe(
         Effect.map((rows) => {
           const stored = new Set(rows.map((r) => `${r.provider}\u0000${r.dedup_key}`))
@@ -140,7 +161,8 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
     })
 
     /** Stored or duplicate; StorageUnavailable when PostgreSQL failed; a defect (500) when this row cannot be written. */
-    const store = Effect.fn("CallbackInbox.store")(function*(e: InboxEntry) {
+    // no span: one per webhook (the batch has its own, the SQL client's)
+    const store = Effect.fnUntraced(function*(e: InboxEntry) {
       const result = yield* enqueue(e)
       if (Either.isRight(result)) return result.right
       const failure = Cause.failureOption(result.left)

@@ -48,16 +48,28 @@ const refusals = Metric.counter("webhook_refusals", {
   description: "provider callbacks refused, by status and provider"
 })
 
+/**
+ * A provider's persisted-callback series, tagged once: `Metric.tagged` builds a new key (hashed, looked up in the
+ * registry) each call, three of them per webhook. Providers are the registry's, a handful.
+ */
+const persistedSeries = new Map<string, ReturnType<typeof seriesOf>>()
+const seriesOf = (provider: string) => ({
+  seconds: Metric.tagged(webhookPersistSeconds, "provider", provider),
+  stored: Metric.tagged(Metric.tagged(webhookCallbacks, "provider", provider), "outcome", "stored"),
+  duplicate: Metric.tagged(Metric.tagged(webhookCallbacks, "provider", provider), "outcome", "duplicate"),
+  lag: Metric.tagged(callbackLagSeconds, "provider", provider)
+})
+
 /** A callback is in the inbox: how long that took, whether it was new, and how late it came (seed 19.7.8). */
 const recordPersisted = (provider: string, outcome: "stored" | "duplicate", started: number, occurredAt: Date | null) =>
-  Effect.gen(function*() {
-    const now = yield* Clock.currentTimeMillis
-    yield* Metric.update(Metric.tagged(webhookPersistSeconds, "provider", provider), (now - started) / 1000)
-    yield* Metric.increment(Metric.tagged(Metric.tagged(webhookCallbacks, "provider", provider), "outcome", outcome))
+  Effect.map(Clock.currentTimeMillis, (now) => {
+    let series = persistedSeries.get(provider)
+    if (series === undefined) persistedSeries.set(provider, series = seriesOf(provider))
+    series.seconds.unsafeUpdate((now - started) / 1000, [])
+    series[outcome].unsafeUpdate(1, [])
     // a duplicate's lag is the provider's retry schedule, not ours; a clock ahead of ours counts as no lag
     if (outcome === "stored" && occurredAt !== null) {
-      const lag = Math.max(0, now - occurredAt.getTime()) / 1000
-      yield* Metric.update(Metric.tagged(callbackLagSeconds, "provider", provider), lag)
+      series.lag.unsafeUpdate(Math.max(0, now - occurredAt.getTime()) / 1000, [])
     }
   })
 
@@ -119,7 +131,7 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
             : refused(provider, 401, reason)
         }
 
-        const text = Buffer.from(request.body).toString("utf8")
+        const text = Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString("utf8")
         // checked before anything walks the parsed value: a deep one overflowed the stack on the inbox's write
         if (jsonDepthExceeds(text, maxDepth)) {
           return yield* refused(

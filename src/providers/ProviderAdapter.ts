@@ -57,13 +57,14 @@ export interface WebhookProtocol {
 }
 
 /** Decodes a provider body with its Schema (a readable reason on failure) and normalizes it. */
-export const parseWith =
-  <A, I>(schema: Schema.Schema<A, I>, toReport: (a: A) => ProviderReport) =>
-  (body: unknown): Either.Either<ProviderReport, string> =>
-    Schema.decodeUnknownEither(schema)(body).pipe(
+export const parseWith = <A, I>(schema: Schema.Schema<A, I>, toReport: (a: A) => ProviderReport) => {
+  const decode = Schema.decodeUnknownEither(schema) // compiled once, not per callback
+  return (body: unknown): Either.Either<ProviderReport, string> =>
+    decode(body).pipe(
       Either.mapLeft(ParseResult.TreeFormatter.formatErrorSync),
       Either.map(toReport)
     )
+}
 
 /**
  * An array of `schema` read leniently: entries of another shape are skipped, and a value that is not an array is
