@@ -81,7 +81,7 @@ describe.skipIf(noDatabase)("outbox relay: batches, sending overlapped with mark
         const afterRefusals = refused
         yield* until("another refusal", () => refused > afterRefusals, Duration.seconds(20))
         expect(yield* unpublished(ids)).toBe(12)
-        expect(acknowledged.filter((m) => ids.includes(m.group))).toEqual([])
+        expect(acknowledged.filter((m) => (ids as ReadonlyArray<string>).includes(m.group))).toEqual([])
 
         refuse = () => false
         yield* until("12 events", () => seen.seen.length >= 12, Duration.seconds(20))
