@@ -1,6 +1,6 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Fiber, Metric } from "effect"
+import { Duration, Effect, Exit, Fiber, Metric, Option } from "effect"
 import * as S from "../config/Settings.js"
 import { outboxPublished } from "../observability/metrics.js"
 import { OUTBOX_CHANNEL } from "../persistence/channels.js"
@@ -76,6 +76,8 @@ export const OutboxRelayLive = Singleton.make(
     })
 
     const relayBatch = Effect.gen(function*() {
+      // a mark that failed already: its rows go out again before anything after them
+      if (marking !== undefined && Option.exists(yield* Fiber.poll(marking.fiber), Exit.isFailure)) yield* marked
       const rows = yield* unpublished(marking?.ids ?? [])
       if (rows.length === 0) {
         yield* marked
