@@ -32,6 +32,12 @@ const Dispatched = Schema.Struct({
 })
 const decodeEvent = Schema.decodeUnknownEither(Schema.parseJson(Dispatched))
 
+/** "aggregate_id: is missing; status: Expected …" (the first three issues), for the log and the dead letter. */
+const unreadable = (error: ParseResult.ParseError) =>
+  ParseResult.ArrayFormatter.formatErrorSync(error).slice(0, 3).map((i) =>
+    `${i.path.length === 0 ? "body" : i.path.join(".")}: ${i.message}`
+  ).join("; ")
+
 const pushesPaused = Metric.counter("notifications_paused_total", {
   description: "events not pushed live because the mode pauses live notifications (clients read them by snapshot)"
 })
@@ -116,7 +122,7 @@ export const NotificationDispatcherLive = Layer.scopedDiscard(Effect.gen(functio
     for (const [index, d] of deliveries.entries()) {
       const decoded = decodeEvent(d.body)
       if (Either.isLeft(decoded)) {
-        const error = `unreadable: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`
+        const error = `unreadable: ${unreadable(decoded.left)}`
         done[index] = yield* deadLetter(d, d.key, error)
         continue
       }

@@ -1,6 +1,6 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Fiber, Metric } from "effect"
+import { Duration, Effect, Exit, Fiber, Metric, Option } from "effect"
 import * as S from "../config/Settings.js"
 import { outboxPublished } from "../observability/metrics.js"
 import { OUTBOX_CHANNEL } from "../persistence/channels.js"
@@ -49,14 +49,15 @@ export const OutboxRelayLive = Singleton.make(
     // the batch being marked (sent already): the next read skips its rows
     let marking: { readonly ids: ReadonlyArray<string>; readonly fiber: Fiber.Fiber<void, unknown> } | undefined
 
-    // payload as text: it goes on as the message body, never parsed here
+    // payload as text: it goes on as the message body, never parsed here (id, a bigint, arrives as a string; never
+    // cast it in the select list: ORDER BY id would then sort the text, "10" before "9")
     const unpublished = (skip: ReadonlyArray<string>) =>
       skip.length === 0
         ? sql<Row>`
-          SELECT id::text, event_id::text, aggregate_id::text, payload::text FROM outbox_events
+          SELECT id, event_id, aggregate_id, payload::text FROM outbox_events
           WHERE published_at IS NULL ORDER BY id LIMIT ${batchSize}`
         : sql<Row>`
-          SELECT id::text, event_id::text, aggregate_id::text, payload::text FROM outbox_events
+          SELECT id, event_id, aggregate_id, payload::text FROM outbox_events
           WHERE published_at IS NULL AND id NOT IN ${sql.in(skip)} ORDER BY id LIMIT ${batchSize}`
 
     const mark = (ids: ReadonlyArray<string>) =>
@@ -75,6 +76,8 @@ export const OutboxRelayLive = Singleton.make(
     })
 
     const relayBatch = Effect.gen(function*() {
+      // a mark that failed already: its rows go out again before anything after them
+      if (marking !== undefined && Option.exists(yield* Fiber.poll(marking.fiber), Exit.isFailure)) yield* marked
       const rows = yield* unpublished(marking?.ids ?? [])
       if (rows.length === 0) {
         yield* marked

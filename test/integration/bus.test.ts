@@ -78,6 +78,9 @@ describe.skipIf(redisUrl === undefined)("NotificationBus (Redis)", () => {
         // fast: a bound for a slow machine too (TEST_TIME_FACTOR), far below a hanging publish
         expect(Duration.toMillis(took)).toBeLessThan(scaled(1_000))
       }
+      // a pipelined batch: every message answers with the error, none is lost silently
+      const outcomes = yield* bus.publishMany([{ projectId: "a", payload: "x" }, { projectId: "b", payload: "y" }])
+      expect(outcomes.map((o) => o instanceof Bus.BusUnavailable)).toEqual([true, true])
     }))
 
   it.scopedLive("outage: after the connection comes back, subscribers get a Gap first and then later messages", () =>

@@ -2,7 +2,9 @@ import { SqlClient } from "@effect/sql"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import { execFileSync, spawnSync } from "node:child_process"
+import { Producer } from "rocketmq-client-nodejs"
 import * as Bus from "../../src/bus/NotificationBus.js"
+import { listDeadLetters } from "../../src/propagation/DeadLetters.js"
 import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { layerRocketMQ } from "../../src/queue/RocketMQQueue.js"
 import * as Redis from "../../src/redis/Redis.js"
@@ -115,6 +117,52 @@ describe.skipIf(skip)("event propagation: outbox → RocketMQ → dispatcher →
           versionsByTask(bus.seen).get(later)?.length === 4, Duration.seconds(60))
         expect(versionsByTask(bus.seen).get(later)).toEqual([1, 2, 3, 4])
         yield* Scope.close(b.scope, Exit.void)
+      }).pipe(Effect.provide(subscriberBus()), Effect.scoped),
+    180_000
+  )
+
+  it.live(
+    "malformed messages from the broker are dead-lettered (or, without an event id, dropped with a log); the dispatcher carries on",
+    () =>
+      Effect.gen(function*() {
+        const { bus, inRunner, projectId, runner } = yield* startWithSubscriber
+        // another producer on the topic, not our relay
+        const quiet = { info: () => {}, warn: () => {}, error: () => {} }
+        const producer = yield* Effect.acquireRelease(
+          Effect.promise(async () => {
+            const p = new Producer({ endpoints: endpoints!, namespace: "", topics: [topic], logger: quiet })
+            await p.startup()
+            return p
+          }),
+          (p) => Effect.promise(() => p.shutdown().catch(() => undefined))
+        )
+        const send = (group: string, body: string, eventId?: string) =>
+          Effect.promise(() =>
+            producer.send({
+              topic,
+              body: Buffer.from(body),
+              keys: [group],
+              messageGroup: group,
+              ...(eventId === undefined ? {} : { properties: new Map([["eventId", eventId]]) })
+            })
+          )
+        const [notJson, wrongShape] = [uuid(), uuid()]
+        yield* send(uuid(), "{}") // no event id: dropped with an error log
+        yield* send(uuid(), "{not json", notJson)
+        yield* send(uuid(), JSON.stringify({ aggregate_id: "x", project_id: projectId }), wrongShape)
+
+        const after = yield* inRunner(taskWithHistory(projectId))
+        yield* until("the task after them", () => versionsByTask(bus.seen).get(after)?.length === 4)
+        expect(versionsByTask(bus.seen).get(after)).toEqual([1, 2, 3, 4])
+        const letters = yield* inRunner(listDeadLetters).pipe(
+          Effect.filterOrFail((ls) => ls.length >= 2, () => "not yet"),
+          Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(20)))))
+        )
+        expect(letters.map((l) => [l.event_id, l.error.startsWith("unreadable: ")]).sort()).toEqual(
+          [[notJson, true], [wrongShape, true]].sort()
+        )
+        expect(bus.seen.every((e) => e.payload.task_id === after)).toBe(true)
+        yield* Scope.close(runner.scope, Exit.void)
       }).pipe(Effect.provide(subscriberBus()), Effect.scoped),
     180_000
   )

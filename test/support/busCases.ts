@@ -78,6 +78,21 @@ export const sharedBusTests = (buses: Buses, mode: "memory" | "redis") => {
       expect(a1).toEqual(["x", "y"])
     }))
 
+  test("publishMany: one batch reaches each project's subscribers in order, and answers per message", () =>
+    Effect.gen(function*() {
+      const [publisher, subscriber] = yield* buses
+      const a = yield* collect(yield* subscriber.subscribe("a"))
+      const b = yield* collect(yield* subscriber.subscribe("b"))
+      const outcomes = yield* publisher.publishMany(
+        ["a:1", "b:1", "a:2", "c:1", "a:3"].map((m) => ({ projectId: m.split(":")[0]!, payload: m }))
+      )
+      expect(outcomes).toEqual([undefined, undefined, undefined, undefined, undefined])
+      yield* until(() => {
+        expect(a).toEqual(["a:1", "a:2", "a:3"])
+        expect(b).toEqual(["b:1"])
+      })
+    }))
+
   test("overflow: a subscriber that never reads gets a Gap, another still receives everything at once", () =>
     Effect.gen(function*() {
       const [publisher, subscriber] = yield* buses
