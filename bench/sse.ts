@@ -67,6 +67,7 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 20)
 const FANOUT = Number(process.env.BENCH_FANOUT ?? 4)
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 4)
 const SLOW = Number(process.env.BENCH_SLOW ?? 10)
+const HEAP_SNAPSHOTS = process.env.BENCH_HEAP_SNAPSHOTS === "1"
 const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
 /** "NAME=value NAME2=value with spaces": a value runs up to the next NAME= */
 const RUNNER_ENV = Object.fromEntries(
@@ -146,6 +147,7 @@ const probe = async (pid: number) => {
   for (let i = 0; i < 100 && !fs.existsSync(probeFile); i++) await sleep(100)
   await sleep(200)
   const usage = JSON.parse(fs.readFileSync(probeFile, "utf8")) as { heapUsed: number }
+  if (HEAP_SNAPSHOTS) await heapSnapshot(pid)
   return { heapKiB: usage.heapUsed / 1024, rssKiB: rssKiB(pid) }
 }
 
@@ -160,6 +162,19 @@ const ownRunnerPids = () =>
       return false
     }
   })
+
+/**
+ * With BENCH_HEAP_SNAPSHOTS=1 (and BENCH_NODE_ARGS=--heapsnapshot-signal=SIGUSR1), a heap snapshot of the runner
+ * beside each memory probe, written in its working directory: compare two in Chrome's Memory tab to see what a
+ * stream holds.
+ */
+const heapSnapshot = async (pid: number) => {
+  const count = () => fs.readdirSync(".").filter((f) => f.endsWith(".heapsnapshot")).length
+  const before = count()
+  process.kill(pid, "SIGUSR1")
+  for (let i = 0; i < 600 && count() === before; i++) await sleep(100)
+  await sleep(3000) // written to the end
+}
 
 // ---- client processes ----
 

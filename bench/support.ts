@@ -116,7 +116,9 @@ export const startRunnerProcess = async (
   const health = watchHealth(child, httpPort, output)
   for (let i = 0; i < 240; i++) {
     try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return { child, httpPort, health }
+      // a request that reaches the port before the app is built is never answered: time it out and ask again
+      const answer = await fetch(`http://127.0.0.1:${httpPort}/openapi.json`, { signal: AbortSignal.timeout(2_000) })
+      if (answer.ok) return { child, httpPort, health }
     } catch {
       // starting
     }
