@@ -1,31 +1,38 @@
 /**
- * npm run bench:sse — M concurrent Server-Sent Events streams on one runner process while K events/s are committed.
- * One runner (`npm start`'s program) on a fresh database, with Redis Pub/Sub and the in-process queue: commit →
- * outbox relay → in-process queue → notification dispatcher → Redis → project feed → every SSE client of the
- * project (and, for whatever the bus did not bring within a tick, the feeds' tail of PostgreSQL). The clients are
- * raw TCP sockets in several plain Node child processes (bench/sseClients.mjs, each with its own file-descriptor
- * budget and loopback source address); they stamp every `id:` line with Date.now() when it arrives.
- *   1. open M streams over M / BENCH_FANOUT projects (time, failures); the runner's RSS and live heap after a full
- *      GC, before and after: per idle connection;
+ * npm run bench:sse — M concurrent Server-Sent Events streams while K events/s are committed, in three scenarios (one
+ * after the other, each on a fresh database; BENCH_GATEWAYS picks them):
+ *   - `ceiling`: the streams go to bench/sseCeiling.mjs, a bare node:http SSE server on one Redis subscriber (no auth,
+ *     replay, limits or buffers), while one runner only propagates: what delivery costs with nothing of ours;
+ *   - `1`: one runner (`npm start`'s program) serves the streams;
+ *   - `2`: two runners on the same database; the client processes spread over their two ports.
+ * The path: commit → outbox relay → in-process queue → notification dispatcher → Redis → project feed → every SSE
+ * client of the project (and, for whatever the bus did not bring within a tick, the feeds' tail of PostgreSQL). The
+ * clients are raw TCP sockets in several plain Node child processes (bench/sseClients.mjs, each with its own
+ * file-descriptor budget and loopback source address); they stamp every `id:` line with Date.now() when it arrives.
+ *   1. open M streams over M / BENCH_FANOUT projects: opens/s (and for the first quarter, each the first of its
+ *      project, and the last), server CPU per open; the servers' RSS and live heap after a full GC, before and after:
+ *      per idle stream (BENCH_HEAP_SNAPSHOTS=1 with BENCH_NODE_ARGS=--heapsnapshot-signal=SIGUSR1 writes snapshots);
  *   2. BENCH_SLOW clients resume from cursor 0 of a project whose history is larger than the kernel's socket
  *      buffers (~4 MiB on loopback) and never read: the runner must cut them off (write deadline, 10 s);
  *   3. BENCH_RATE events/s for BENCH_SECONDS after a 3 s warm-up, committed by this process (one transaction per
  *      20 ms tick, stream order under the project rows' locks, as the product commits), spread uniformly over the
- *      projects: commit → client latency p50/p99/max, delivered vs expected, gaps, the runner's RSS per connection
- *      and CPU; split by a Redis subscriber here (commit → Redis) and the outbox rows (commit → relay); the
- *      runner's responsiveness (an unauthenticated request every 250 ms); optionally again at BENCH_RATE2;
+ *      projects: commit → client latency p50/p99/max, delivered vs expected, gaps, RSS per stream and CPU; split by a
+ *      Redis subscriber here (commit → Redis, Redis → client: the gateway's own hop) and the outbox rows (commit →
+ *      relay); the servers' responsiveness (a request every 250 ms); optionally again at BENCH_RATE2;
  *   4. the slow clients read again: those the runner had disconnected see the end of their stream;
- *   5. every stream is closed at once (the client processes exit): how long the runner takes to let them go, and
- *      its responsiveness meanwhile.
- * The run takes 3–4 minutes at the default M, most of it opening the streams (the runner admits ~100–200/s here).
- * Goals (issue): M ≥ 20,000, ≤ 12 KiB per idle connection, p99 ≤ 100 ms at 1,000 events/s. This process raises its
- * soft fd limit to the hard one (children inherit it); the runner needs one fd per stream, so M is bounded by the
- * hard limit (`ulimit -Hn`), which only a privileged process can raise.
+ *   5. every stream is closed at once (the client processes exit): how long the servers take to let them go.
+ * Each scenario prints the runners' event-loop lag p99 and "Shard lock storage is unhealthy" counts; the summary puts
+ * the gateway scenarios beside the ceiling as ratios. Goals (issue #14): ≤ 12 KiB RSS per idle stream; at 5,000
+ * streams and 200 events/s commit → client p99 ≤ 50 ms and Redis → client p99 ≤ 10 ms; at 19,500 streams and 1,000
+ * events/s commit → client p99 ≤ 250 ms; ≥ 1,000 opens/s; an open ≤ 2 ms of CPU. This process raises its soft fd
+ * limit to the hard one (children inherit it); a server needs one fd per stream, so M is bounded by the hard limit
+ * (`ulimit -Hn`), which only a privileged process can raise.
  *
  *   BENCH_CONNECTIONS (19500, at most the hard fd limit − 500)  BENCH_RATE (1000)  BENCH_SECONDS (20)
  *   BENCH_RATE2 (0 = no second phase; e.g. 500)  BENCH_FANOUT (4 streams per project)  BENCH_CLIENTS (4 processes)
- *   BENCH_SLOW (10)  BENCH_NODE_ARGS (node flags for the runner)  BENCH_RUNNER_ENV ("NAME=value ..." for the runner)
- *   DATABASE_URL (admin URL)  REDIS_URL
+ *   BENCH_SLOW (10)  BENCH_GATEWAYS ("ceiling,1,2")  BENCH_NODE_ARGS (node flags for the runners)
+ *   BENCH_RUNNER_ENV ("NAME=value ..." for the runners)  DATABASE_URL (admin URL)  REDIS_URL
+ * A short run: BENCH_CONNECTIONS=5000 BENCH_RATE=200 BENCH_SECONDS=10 BENCH_SLOW=0 npm run bench:sse
  */
 import { Redis } from "ioredis"
 import * as jose from "jose"
