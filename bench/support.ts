@@ -116,7 +116,7 @@ export const startRunnerProcess = async (
   const health = watchHealth(child, httpPort, output)
   for (let i = 0; i < 240; i++) {
     try {
-      // bounded: a request accepted while the runner is still starting can stay unanswered for good
+      // bounded: a runner answers 503 Starting before its API is attached, but a lost answer must not hang the bench
       const answer = await fetch(`http://127.0.0.1:${httpPort}/openapi.json`, { signal: AbortSignal.timeout(2_000) })
       if (answer.ok) return { child, httpPort, health }
     } catch {

@@ -35,6 +35,12 @@ export class NotificationBus extends Context.Tag("NotificationBus")<Notification
    * one Redis subscription (ref-counted: SUBSCRIBE on the first, UNSUBSCRIBE when the last scope closes).
    */
   readonly subscribe: (projectId: string) => Effect.Effect<Queue.Dequeue<BusEvent>, never, Scope.Scope>
+  /**
+   * The same subscription with a callback instead of a queue, for plain code that must not hold a fiber or a Scope
+   * per channel (the gateway's project feeds): `onEvent` is called synchronously as each message arrives, a Gap
+   * included. Succeeds once the channel is live (or known not to be: a Gap follows); the returned function ends it.
+   */
+  readonly listen: (projectId: string, onEvent: (event: BusEvent) => void) => Effect.Effect<() => void>
   /** Whether subscribers are receiving what is published now (false while the subscriber connection is down). */
   readonly healthy: Effect.Effect<boolean>
 }>() {}
@@ -65,9 +71,15 @@ interface Subscriber {
   lastWasGap: boolean
 }
 
+/** A callback subscriber (`listen`): it has no buffer, it is called as messages arrive. */
+interface Listener {
+  readonly onEvent: (event: BusEvent) => void
+  missed: boolean
+}
+
 /** Local fan-out by key: never blocks, whatever a subscriber's pace. */
 const makeHub = (capacity: number) => {
-  const keys = new Map<string, Set<Subscriber>>()
+  const keys = new Map<string, Set<Subscriber | Listener>>()
   const pushGap = (sub: Subscriber, size: number) => {
     // the last event offered is still queued and is a Gap already: it covers this one too
     if (size > 0 && sub.lastWasGap) return size
@@ -76,7 +88,15 @@ const makeHub = (capacity: number) => {
     return size + 1
   }
   /** Offers a message (or, with none, only an owed Gap); a full buffer drops it and queues a Gap instead. */
-  const deliver = (sub: Subscriber, payload?: string) => {
+  const deliver = (sub: Subscriber | Listener, payload?: string) => {
+    if ("onEvent" in sub) {
+      if (sub.missed) {
+        sub.missed = false
+        sub.onEvent(GAP)
+      }
+      if (payload !== undefined) sub.onEvent({ _tag: "Message", payload })
+      return
+    }
     const current = sub.queue.unsafeSize()
     if (Option.isNone(current)) return // shut down
     let size = current.value
@@ -116,7 +136,23 @@ const makeHub = (capacity: number) => {
             }).pipe(Effect.ensuring(Queue.shutdown(queue)))
         )
         return { sub, queue: queue as Queue.Dequeue<BusEvent> }
-      })
+      }),
+    /** Adds a callback subscriber; the function returned removes it (and `onLast` runs if it was the last one). */
+    listen: (key: string, onEvent: (event: BusEvent) => void, onLast: () => void) => {
+      const listener: Listener = { onEvent, missed: false }
+      keys.set(key, (keys.get(key) ?? new Set()).add(listener))
+      let removed = false
+      const remove = () => {
+        if (removed) return
+        removed = true
+        const subs = keys.get(key)
+        subs?.delete(listener)
+        if (subs?.size !== 0) return
+        keys.delete(key)
+        onLast()
+      }
+      return { listener, remove }
+    }
   }
 }
 
@@ -139,6 +175,7 @@ export const layerMemory: Layer.Layer<NotificationBus> = Layer.effect(
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
         return (yield* hub.join(projectId, () => Effect.void)).queue
       }),
+      listen: (projectId, onEvent) => Effect.sync(() => hub.listen(projectId, onEvent, () => undefined).remove),
       healthy: Effect.succeed(true)
     })
   }).pipe(Effect.orDie)
@@ -214,6 +251,33 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
       )
     }).pipe(Effect.forever, Effect.forkScoped)
 
+    // the last local subscriber of a channel is gone (a listener does not wait for the UNSUBSCRIBE: a later SUBSCRIBE
+    // is queued behind it on the same connection)
+    const unsubscribe = (channel: string) => {
+      live.delete(channel)
+      const unsubscribing = connection.unsubscribe(channel)
+      unsubscribing.catch(() => undefined)
+      return unsubscribing
+    }
+    /** Waits until `channel` is live for `sub`; if it cannot be now (Redis down), `sub` is owed a Gap. */
+    const live_ = (projectId: string, channel: string, sub: { missed: boolean }) => {
+      const subscribing = live.get(channel) ?? subscribe([channel])
+      // not live (Redis down): the Gap comes once the "ready" handler has subscribed again
+      return attempt("subscribe", () => subscribing, SUBSCRIBE_TIMEOUT).pipe(
+        Effect.tapError((e) =>
+          Effect.sync(() => {
+            sub.missed = true
+            if (live.get(channel) === subscribing) live.delete(channel) // the next subscriber tries again
+          }).pipe(
+            Effect.zipRight(Effect.logWarning("NotificationBus: subscribing failed")),
+            Effect.annotateLogs({ error: e.message })
+          )
+        ),
+        Effect.ignore,
+        Effect.annotateLogs({ project_id: projectId })
+      )
+    }
+
     return NotificationBus.of({
       publish: Effect.fn("NotificationBus.publish")(function*(projectId: string, payload: string) {
         const publish = attempt("publish", () => publisher.publish(channelOf(projectId), payload), PUBLISH_TIMEOUT)
@@ -242,29 +306,19 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
       }),
       subscribe: Effect.fn("NotificationBus.subscribe")(function*(projectId: string) {
         const channel = channelOf(projectId)
-        const { queue, sub } = yield* hub.join(channel, () => {
-          live.delete(channel)
-          const unsubscribing = connection.unsubscribe(channel)
-          unsubscribing.catch(() => undefined)
-          return attempt("unsubscribe", () => unsubscribing, SUBSCRIBE_TIMEOUT).pipe(Effect.ignore)
-        })
-        const subscribing = live.get(channel) ?? subscribe([channel])
-        // not live (Redis down): the Gap comes once the "ready" handler has subscribed again
-        yield* attempt("subscribe", () => subscribing, SUBSCRIBE_TIMEOUT).pipe(
-          Effect.tapError((e) =>
-            Effect.sync(() => {
-              sub.missed = true
-              if (live.get(channel) === subscribing) live.delete(channel) // the next subscriber tries again
-            }).pipe(
-              Effect.zipRight(Effect.logWarning("NotificationBus: subscribing failed")),
-              Effect.annotateLogs({ error: e.message })
-            )
-          ),
-          Effect.ignore,
-          Effect.annotateLogs({ project_id: projectId })
+        const { queue, sub } = yield* hub.join(
+          channel,
+          () => attempt("unsubscribe", () => unsubscribe(channel), SUBSCRIBE_TIMEOUT).pipe(Effect.ignore)
         )
+        yield* live_(projectId, channel, sub)
         return queue
       }),
+      listen: (projectId, onEvent) =>
+        Effect.suspend(() => {
+          const channel = channelOf(projectId)
+          const { listener, remove } = hub.listen(channel, onEvent, () => void unsubscribe(channel))
+          return Effect.as(live_(projectId, channel, listener), remove)
+        }),
       healthy: Effect.sync(() => up)
     })
   }).pipe(Effect.orDie)

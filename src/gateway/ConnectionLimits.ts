@@ -37,18 +37,19 @@ export class ConnectionLimits extends Effect.Service<ConnectionLimits>()("Connec
       else map.set(key, n)
     }
 
-    /** Admits one more stream; the returned function gives its place back (call it exactly once). */
-    const admit = Effect.fn("ConnectionLimits.admit")(function*(tenantId: string, userId: string) {
+    /**
+     * Admits one more stream: the function that gives its place back (call it exactly once), or why not. Plain and
+     * synchronous (no span): it runs on every stream open, which must cost ≤ 2 ms of CPU in a reconnect storm.
+     */
+    const tryAdmit = (tenantId: string, userId: string): (() => void) | TooManyConnections => {
       if ((users.get(userId) ?? 0) >= perUser) {
-        return yield* new TooManyConnections({ message: "too many open streams for this user", retryAfterSeconds: 5 })
+        return new TooManyConnections({ message: "too many open streams for this user", retryAfterSeconds: 5 })
       }
       if ((tenants.get(tenantId) ?? 0) >= perTenant) {
-        return yield* new TooManyConnections({ message: "too many open streams for this tenant", retryAfterSeconds: 5 })
+        return new TooManyConnections({ message: "too many open streams for this tenant", retryAfterSeconds: 5 })
       }
       const wait = take(userId, Date.now())
-      if (wait > 0) {
-        return yield* new TooManyConnections({ message: "streams opened too fast", retryAfterSeconds: wait })
-      }
+      if (wait > 0) return new TooManyConnections({ message: "streams opened too fast", retryAfterSeconds: wait })
       bump(users, userId, 1)
       bump(tenants, tenantId, 1)
       let released = false
@@ -58,7 +59,14 @@ export class ConnectionLimits extends Effect.Service<ConnectionLimits>()("Connec
         bump(users, userId, -1)
         bump(tenants, tenantId, -1)
       }
-    })
+    }
+
+    /** `tryAdmit` as an Effect. */
+    const admit = (tenantId: string, userId: string) =>
+      Effect.suspend(() => {
+        const admitted = tryAdmit(tenantId, userId)
+        return admitted instanceof TooManyConnections ? Effect.fail(admitted) : Effect.succeed(admitted)
+      })
 
     // buckets of users gone quiet are full again: forget them so the map does not grow with every user ever seen
     yield* Effect.sync(() => {
@@ -68,6 +76,6 @@ export class ConnectionLimits extends Effect.Service<ConnectionLimits>()("Connec
       }
     }).pipe(Effect.zipRight(Effect.sleep("1 minute")), Effect.forever, Effect.forkScoped)
 
-    return { admit } as const
+    return { admit, tryAdmit } as const
   })
 }) {}

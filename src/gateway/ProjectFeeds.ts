@@ -1,13 +1,17 @@
 /**
- * Where Effect stops: a feed's two loops (bus messages, holes filled from PostgreSQL) are Effect fibers, one pair per
- * project on this runner; what they hand to connections is plain synchronous calls, so a connection costs no fiber.
+ * Where Effect stops: a project feed is a plain object fed synchronously by its bus listener, and hands events to its
+ * connections by plain calls. Two fibers, a queue and a Scope per feed measured ~40 KiB of heap per project (10 KiB
+ * per idle stream at fan-out 4); a feed now holds a few small objects. Effects run only while there is I/O: starting a
+ * feed (subscribe, read its head), a fill from PostgreSQL, and the one tail loop of every feed.
  */
-import { Duration, Effect, Either, Exit, Metric, Queue, Runtime, Schema, Scope, Stream } from "effect"
-import { NotificationBus } from "../bus/NotificationBus.js"
+import { Duration, Effect, Either, type Exit, Metric, Option, Runtime, Schema, Stream } from "effect"
+import { type BusEvent, NotificationBus } from "../bus/NotificationBus.js"
 import { feedRereads } from "../observability/metrics.js"
 import { EventLog, type StreamEvent } from "../persistence/EventLog.js"
 import { EventCursorFromString } from "../schema/cursor.js"
+import type { StorageUnavailable } from "../schema/errors.js"
 import { LiveTaskEvent } from "../schema/events.js"
+import type { ProjectId, TenantId } from "../schema/ids.js"
 import { StreamSettings } from "./streamSettings.js"
 
 /** Who follows a feed: a connection. Called synchronously, in cursor order, with no gap. */
@@ -49,11 +53,6 @@ const rereads = {
   tail: Metric.tagged(feedRereads, "cause", "tail")
 }
 
-type Command =
-  | { readonly _tag: "Message"; readonly payload: string }
-  | { readonly _tag: "Fill" }
-  | { readonly _tag: "Events"; readonly events: ReadonlyArray<StreamEvent> }
-
 /** Events the tail reads per lagging project per tick (a feed further behind reads the rest itself). */
 const TAIL_PER_PROJECT = 200
 
@@ -65,16 +64,42 @@ const TAIL_PER_PROJECT = 200
  */
 interface Feed {
   readonly projectId: string
+  /** the project's tenant (read with its head when the feed started): a stream of another tenant is refused */
+  readonly tenantId: string
   readonly epoch: number
+  /** the last sequence retention had forgotten when the feed started (it only grows: a replay finds what it lost) */
+  readonly retainedSeq: number
   /** the last sequence delivered to listeners: every one before it was delivered too */
   seq: number
-  readonly pending: Map<number, StreamEvent>
+  /** events after a hole, until it is filled (allocated on the first hole) */
+  pending: Map<number, StreamEvent> | undefined
   readonly listeners: Set<FeedListener>
-  readonly commands: Queue.Queue<Command>
   holeTimer: ReturnType<typeof setTimeout> | undefined
   /** the stream's head at the previous tail tick: events up to it should have arrived by now */
   headAtLastTick: number
-  readonly scope: Scope.CloseableScope
+  /** a fill is running; `fillAgain`: another was asked for meanwhile */
+  filling: boolean
+  fillAgain: boolean
+  /** tail ticks in a row that found no listener: a feed lingers one tick (a reconnecting client finds it) */
+  idleTicks: number
+  closed: boolean
+  readonly unlisten: () => void
+}
+
+/** Where a followed feed stands (a connection replays from PostgreSQL up to `seq`, then takes the feed's events). */
+export interface FeedHead {
+  readonly tenantId: string
+  readonly epoch: number
+  readonly seq: number
+  readonly retainedSeq: number
+}
+
+export interface Following {
+  readonly epoch: number
+  /** the sequence the feed has delivered up to now */
+  readonly current: () => number
+  /** stops following (idempotent) */
+  readonly leave: () => void
 }
 
 export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds", {
@@ -83,9 +108,11 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
     const log = yield* EventLog
     const { holeWait, tailInterval } = yield* StreamSettings.config
     const holeWaitMs = Duration.toMillis(holeWait)
-    const feeds = new Map<string, Promise<Feed> | Feed>()
+    const feeds = new Map<string, Feed>()
+    /** feeds being started, by tenant and project: concurrent opens of a project wait for the same start */
+    const starting = new Map<string, Promise<Exit.Exit<Option.Option<Feed>, StorageUnavailable>>>()
     const runtime = yield* Effect.runtime<never>()
-    const layerScope = yield* Effect.scope
+    const runFork = Runtime.runFork(runtime)
 
     const emit = (feed: Feed, event: StreamEvent) => {
       feed.seq = event.seq
@@ -93,26 +120,30 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
     }
 
     const accept = (feed: Feed, event: StreamEvent) => {
-      if (event.seq <= feed.seq) return
+      if (feed.closed || event.seq <= feed.seq) return
       if (event.seq !== feed.seq + 1) {
         // held until the missing one arrives or is read; bounded: past the cap the fill reads them all again
-        if (feed.pending.size < MAX_PENDING) feed.pending.set(event.seq, event)
+        const pending = feed.pending ??= new Map()
+        if (pending.size < MAX_PENDING) pending.set(event.seq, event)
         if (feed.holeTimer === undefined) {
           feed.holeTimer = setTimeout(() => {
             feed.holeTimer = undefined
             rereads.hole.unsafeUpdate(1, [])
-            Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
+            requestFill(feed)
           }, holeWaitMs)
         }
         return
       }
       emit(feed, event)
-      for (let next = feed.pending.get(feed.seq + 1); next !== undefined; next = feed.pending.get(feed.seq + 1)) {
-        feed.pending.delete(next.seq)
+      const pending = feed.pending
+      if (pending === undefined) return
+      for (let next = pending.get(feed.seq + 1); next !== undefined; next = pending.get(feed.seq + 1)) {
+        pending.delete(next.seq)
         emit(feed, next)
       }
-      if (feed.pending.size === 0 && feed.holeTimer !== undefined) {
-        clearTimeout(feed.holeTimer)
+      if (pending.size === 0) {
+        feed.pending = undefined
+        if (feed.holeTimer !== undefined) clearTimeout(feed.holeTimer)
         feed.holeTimer = undefined
       }
     }
@@ -122,132 +153,180 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
       log.replay(feed.projectId, feed.seq).pipe(
         Stream.runForEach((event) => Effect.sync(() => accept(feed, event))),
         Effect.zipRight(Effect.sync(() => {
+          if (feed.pending === undefined) return
           for (const seq of feed.pending.keys()) if (seq <= feed.seq) feed.pending.delete(seq)
         })),
-        Effect.catchAllCause((cause) => Effect.logWarning("feed: reading missed events failed", cause))
+        Effect.catchAllCause((cause) => Effect.logWarning("feed: reading missed events failed", cause)),
+        Effect.annotateLogs({ project_id: feed.projectId })
       )
 
-    // runs on the feed's own fiber, which closing its scope interrupts: close from outside it
-    const lose = (feed: Feed) =>
-      Effect.sync(() => {
-        if (feeds.get(feed.projectId) === feed) feeds.delete(feed.projectId)
-        for (const listener of feed.listeners) listener.lost()
-        feed.listeners.clear()
-      }).pipe(Effect.zipRight(Effect.forkDaemon(Scope.close(feed.scope, Exit.void))))
-
-    const handle = (feed: Feed) => (command: Command) => {
-      if (command._tag === "Fill") return fill(feed)
-      if (command._tag === "Events") {
-        return Effect.sync(() => {
-          command.events.forEach((event) => accept(feed, event))
-          if (command.events.length >= TAIL_PER_PROJECT) Queue.unsafeOffer(feed.commands, { _tag: "Fill" })
+    /** One fill at a time per feed; one asked for meanwhile runs after it (it reads from where that one ended). */
+    const requestFill = (feed: Feed): void => {
+      if (feed.closed) return
+      if (feed.filling) return void (feed.fillAgain = true)
+      feed.filling = true
+      runFork(Effect.ensuring(
+        fill(feed),
+        Effect.sync(() => {
+          feed.filling = false
+          if (!feed.fillAgain) return
+          feed.fillAgain = false
+          requestFill(feed)
         })
-      }
-      const parsed = eventOfMessage(command.payload)
-      if (parsed === undefined) return Effect.logWarning("feed: unreadable bus message dropped")
-      if (parsed.epoch !== feed.epoch) return lose(feed)
-      return Effect.sync(() => accept(feed, parsed.event))
+      ))
     }
 
-    const start = (projectId: string) =>
-      Effect.flatMap(Scope.fork(layerScope, { _tag: "Sequential" }), (scope) =>
-        Effect.gen(function*() {
-          // subscribe first, then read where the stream stands: nothing committed after the read is missed
-          const live = yield* Scope.extend(bus.subscribe(projectId), scope)
-          const heads = yield* log.heads([projectId])
-          const head = heads.get(projectId)
-          if (head === undefined) return yield* Effect.dieMessage(`project ${projectId} has no stream`)
-          const feed: Feed = {
-            projectId,
-            epoch: head.epoch,
-            seq: head.lastSeq,
-            pending: new Map(),
-            listeners: new Set(),
-            commands: yield* Queue.unbounded<Command>(),
-            holeTimer: undefined,
-            headAtLastTick: head.lastSeq,
-            scope
-          }
-          // two plain loops, no Stream pipeline (a feed lives as long as its project has clients: its cost per
-          // project matters); every step they take is synchronous or a fill, and fills are idempotent by seq
-          const guard = (effect: Effect.Effect<void, unknown>) =>
-            effect.pipe(Effect.catchAllCause((cause) => Effect.logError("feed: step failed", cause)))
-          const loops = Effect.all([
-            Effect.forever(
-              Effect.flatMap(Queue.take(live), (e) =>
-                guard(
-                  e._tag === "Gap"
-                    ? Effect.zipRight(Metric.increment(rereads.busGap), handle(feed)({ _tag: "Fill" }))
-                    : handle(feed)(e)
-                ))
-            ),
-            Effect.forever(Effect.flatMap(Queue.take(feed.commands), (c) => guard(handle(feed)(c))))
-          ], { concurrency: 2, discard: true })
-          yield* loops.pipe(
-            // it only ends when its scope closes; if it ever stopped otherwise, its listeners must not wait on it
-            Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.void : lose(feed)),
-            Effect.annotateLogs({ project_id: projectId }),
-            Effect.forkIn(scope)
-          )
-          yield* Scope.addFinalizer(
-            scope,
-            Effect.sync(() => feed.holeTimer !== undefined && clearTimeout(feed.holeTimer))
-          )
-          return feed
-        }).pipe(Effect.onError(() => Scope.close(scope, Exit.void))))
+    const close = (feed: Feed) => {
+      if (feed.closed) return
+      feed.closed = true
+      if (feeds.get(feed.projectId) === feed) feeds.delete(feed.projectId)
+      if (feed.holeTimer !== undefined) clearTimeout(feed.holeTimer)
+      feed.unlisten()
+    }
 
-    const acquireFeed = (projectId: string) =>
+    /** The stream was rebuilt under another epoch: its clients reconnect and get a reset. */
+    const lose = (feed: Feed) => {
+      close(feed)
+      for (const listener of feed.listeners) listener.lost()
+      feed.listeners.clear()
+    }
+
+    const onBus = (feed: Feed, event: BusEvent) => {
+      if (event._tag === "Gap") {
+        rereads.busGap.unsafeUpdate(1, [])
+        return requestFill(feed)
+      }
+      const parsed = eventOfMessage(event.payload)
+      if (parsed === undefined) {
+        return void runFork(
+          Effect.logWarning("feed: unreadable bus message dropped").pipe(
+            Effect.annotateLogs({ project_id: feed.projectId })
+          )
+        )
+      }
+      if (parsed.epoch !== feed.epoch) return lose(feed)
+      accept(feed, parsed.event)
+    }
+
+    /**
+     * Starts a project's feed for `tenantId`: none when the project is not that tenant's. Listens first, then reads
+     * where the stream stands: nothing committed after the read is missed (what came before it is dropped by seq).
+     */
+    const start = (tenantId: TenantId, projectId: ProjectId) =>
+      Effect.gen(function*() {
+        const early: Array<BusEvent> = []
+        let feed: Feed | undefined
+        const unlisten = yield* bus.listen(projectId, (e) => feed === undefined ? void early.push(e) : onBus(feed, e))
+        const head = yield* Effect.onError(log.open(tenantId, projectId), () => Effect.sync(unlisten))
+        if (Option.isNone(head)) {
+          unlisten()
+          return Option.none<Feed>()
+        }
+        const existing = feeds.get(projectId)
+        if (existing !== undefined) {
+          // started meanwhile by the same tenant's other request: one feed per project
+          unlisten()
+          return Option.some(existing)
+        }
+        feed = {
+          projectId,
+          tenantId,
+          epoch: head.value.epoch,
+          retainedSeq: head.value.retainedSeq,
+          seq: head.value.lastSeq,
+          pending: undefined,
+          listeners: new Set(),
+          holeTimer: undefined,
+          headAtLastTick: head.value.lastSeq,
+          filling: false,
+          fillAgain: false,
+          idleTicks: 0,
+          closed: false,
+          unlisten
+        }
+        feeds.set(projectId, feed)
+        for (const e of early) onBus(feed, e)
+        return Option.some(feed)
+      })
+
+    const headOf = (feed: Feed): FeedHead => ({
+      tenantId: feed.tenantId,
+      epoch: feed.epoch,
+      seq: feed.seq,
+      retainedSeq: feed.retainedSeq
+    })
+
+    /** The project's feed on this runner, if one is running (synchronous: the open path needs no I/O then). */
+    const peek = (projectId: string): FeedHead | undefined => {
+      const feed = feeds.get(projectId)
+      return feed === undefined ? undefined : headOf(feed)
+    }
+
+    /**
+     * The project's feed for `tenantId`, started if needed: none when the project is not that tenant's. A start runs
+     * on the layer's runtime, not the caller's fiber: a client that goes away meanwhile does not stop it, and
+     * whoever else waits for it gets it.
+     */
+    const acquire = (
+      tenantId: TenantId,
+      projectId: ProjectId
+    ): Effect.Effect<Option.Option<Feed>, StorageUnavailable> =>
       Effect.suspend(() => {
         const existing = feeds.get(projectId)
         if (existing !== undefined) {
-          return existing instanceof Promise
-            ? Effect.promise(() => existing)
-            : Effect.succeed(existing)
+          return Effect.succeed(existing.tenantId === tenantId ? Option.some(existing) : Option.none())
         }
-        // started on the layer's runtime, not the caller's fiber: a follower that goes away meanwhile does not
-        // stop it, and the map entry is settled whoever is still waiting
-        const starting = Runtime.runPromise(runtime)(start(projectId))
-        feeds.set(projectId, starting)
-        starting.then(
-          (feed) => feeds.get(projectId) === starting && feeds.set(projectId, feed),
-          () => feeds.get(projectId) === starting && feeds.delete(projectId)
-        )
-        return Effect.promise(() => starting)
+        const key = `${tenantId}/${projectId}`
+        let pending = starting.get(key)
+        if (pending === undefined) {
+          const started = Runtime.runPromiseExit(runtime)(start(tenantId, projectId))
+          starting.set(key, started)
+          const done = () => void (starting.get(key) === started && starting.delete(key))
+          void started.then(done)
+          pending = started
+        }
+        const awaited = pending
+        return Effect.flatten(Effect.promise(() => awaited))
       })
 
-    const release = (feed: Feed, listener: FeedListener) =>
-      Effect.suspend(() => {
-        feed.listeners.delete(listener)
-        if (feed.listeners.size > 0 || feeds.get(feed.projectId) !== feed) return Effect.void
-        feeds.delete(feed.projectId)
-        return Scope.close(feed.scope, Exit.void)
-      })
+    /** The head of the project's feed, started if needed (none: not this tenant's project). */
+    const head = (tenantId: TenantId, projectId: ProjectId) =>
+      Effect.map(acquire(tenantId, projectId), Option.map(headOf))
 
     /**
-     * Follows a project until `leave` runs (exactly once: the caller's own close path; no Scope per connection,
-     * which would keep the opening fiber's state alive for the stream's whole life). Returns the sequence the
-     * feed has delivered up to: the listener gets every event after it, so a reader that replays up to it from
-     * PostgreSQL misses nothing.
+     * Follows a project until `leave` runs (the connection's own close path; no Scope per connection, which would
+     * keep the opening fiber's state alive for the stream's whole life). The listener gets every event after
+     * `current()` at the time of the call, so a reader that replays up to it from PostgreSQL misses nothing.
      */
-    const follow = (projectId: string, listener: FeedListener) =>
-      Effect.map(acquireFeed(projectId), (feed) => {
-        feed.listeners.add(listener)
-        return { epoch: feed.epoch, seq: feed.seq, current: () => feed.seq, leave: release(feed, listener) }
-      })
+    const follow = (tenantId: TenantId, projectId: ProjectId, listener: FeedListener) =>
+      Effect.map(
+        acquire(tenantId, projectId),
+        Option.map((feed): Following => {
+          feed.listeners.add(listener)
+          feed.idleTicks = 0
+          return { epoch: feed.epoch, current: () => feed.seq, leave: () => void feed.listeners.delete(listener) }
+        })
+      )
 
     // The tail of PostgreSQL: one query for every followed project. While the bus is down every feed behind its
-    // stream is filled at once; otherwise only one still missing events its stream had a whole tick ago.
+    // stream is filled at once; otherwise only one still missing events its stream had a whole tick ago. A feed
+    // nobody followed for a whole tick is closed here.
     yield* Effect.gen(function*() {
-      const active = [...feeds.values()].filter((f): f is Feed => !(f instanceof Promise))
+      const active: Array<Feed> = []
+      for (const feed of feeds.values()) {
+        if (feed.listeners.size > 0) feed.idleTicks = 0
+        else if (++feed.idleTicks > 1) close(feed)
+        if (!feed.closed) active.push(feed)
+      }
       if (active.length === 0) return
       const healthy = yield* bus.healthy
       const heads = yield* log.heads(active.map((f) => f.projectId))
       const lagging: Array<Feed> = []
       for (const feed of active) {
         const head = heads.get(feed.projectId)
-        if (head === undefined) continue
+        if (head === undefined || feed.closed) continue
         if (head.epoch !== feed.epoch) {
-          yield* lose(feed) // the stream was rebuilt: its clients reconnect and get a reset
+          lose(feed) // the stream was rebuilt: its clients reconnect and get a reset
           continue
         }
         if (feed.seq < head.lastSeq && (!healthy || feed.seq < feed.headAtLastTick)) lagging.push(feed)
@@ -263,7 +342,8 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
         const events = missing.get(feed.projectId)
         if (events === undefined) continue
         yield* Metric.increment(rereads.tail)
-        Queue.unsafeOffer(feed.commands, { _tag: "Events", events })
+        for (const event of events) accept(feed, event)
+        if (events.length >= TAIL_PER_PROJECT) requestFill(feed)
       }
     }).pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("feed tail failed", cause)),
@@ -272,9 +352,11 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
       Effect.forkScoped
     )
 
-    /** Feeds followed on this runner (for the bench and operators). */
+    yield* Effect.addFinalizer(() => Effect.sync(() => [...feeds.values()].forEach(close)))
+
+    /** Feeds running on this runner (for the bench and operators). */
     const size = Effect.sync(() => feeds.size)
 
-    return { follow, size } as const
+    return { peek, head, follow, size } as const
   })
 }) {}

@@ -10,13 +10,12 @@ import { type WebSocket, WebSocketServer } from "ws"
 import { transportMetrics } from "../gateway/deliveryMetrics.js"
 import { EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
-import { type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
+import { framePayload, type StreamEvent } from "../persistence/EventLog.js"
 import { WriteFence } from "../persistence/WriteFence.js"
-import { traced } from "../tracing/TraceId.js"
-import type { OriginPolicy, TokenSigner } from "./Auth.js"
+import { newTraceId, withTraceId } from "../tracing/TraceId.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
-import { authorizeStream, EVENTS_PATH, StreamRefused } from "./StreamAuth.js"
+import { EVENTS_PATH, makeStreamAuth, StreamRefused } from "./StreamAuth.js"
 import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
 const frames = new WeakMap<StreamEvent, string>()
@@ -66,7 +65,8 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const c = yield* StreamSettings.config
   const { wsMaxFrame: maxFrame, wsPingInterval: pingEvery, wsSendBuffer: sendBuffer, writeDeadline: deadline } = c
   const deadlineMs = Duration.toMillis(deadline)
-  const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
+  const auth = yield* makeStreamAuth
+  const run = yield* FiberSet.makeRuntime<never>()
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxFrame, perMessageDeflate: false })
   const alive = new Map<WebSocket, boolean>()
   // the 101 answer names the request's trace id too
@@ -130,14 +130,14 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   const serve = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(req.url ?? "/", "http://gateway")
-    // the request's trace id: its valid traceparent's, else the one its span starts
-    const parent = traceparentOf(req.headers)
+    // the request's trace id: its valid traceparent's, else a new one (no span per stream: see EventsSse.ts)
+    const traceId = traceparentOf(req.headers)?.traceId ?? newTraceId()
+    traceIds.set(req, traceId)
     // whatever step the request is in when its socket goes (authorizing, upgrading, replaying), it ends there
-    let closed: Effect.Effect<void> | undefined
+    let closed: (() => void) | undefined
     // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours
-    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(traced("EventsSocket.connect", parent, (id) => {
-      traceIds.set(req, id)
-      return authorizeStream(req, url).pipe(
+    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
+      auth.authorize(req, url).pipe(
         // another tenant's project (404) and a user or tenant over its stream limits (429 with Retry-After) are
         // refused before the upgrade, like SSE; a place in the limits is held from here, given back if the upgrade fails
         Effect.flatMap((request) =>
@@ -147,7 +147,7 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
               return gateway.open(admission, transportOf(ws, socket)).pipe(
                 Effect.tap((onClosed) =>
                   Effect.sync(() => {
-                    if (socket.destroyed) run(onClosed)
+                    if (socket.destroyed) onClosed()
                     else closed = onClosed
                   })
                 )
@@ -155,20 +155,22 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
             }))
         ),
         Effect.catchTags({
-          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, id)(e.status, e._tag, e.message)),
-          ProjectNotFound: (e) => Effect.sync(() => refuseUpgrade(socket, id)(404, e._tag, e.message)),
+          StreamRefused: (e) => Effect.sync(() => refuseUpgrade(socket, traceId)(e.status, e._tag, e.message)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseUpgrade(socket, traceId)(404, e._tag, e.message)),
           TooManyConnections: (e) =>
-            Effect.sync(() => refuseUpgrade(socket, id)(429, e._tag, e.message, e.retryAfterSeconds)),
-          StorageUnavailable: (e) => Effect.sync(() => refuseUpgrade(socket, id)(503, e._tag, e.message))
+            Effect.sync(() => refuseUpgrade(socket, traceId)(429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseUpgrade(socket, traceId)(503, e._tag, e.message))
         }),
         Effect.catchAllCause((cause) =>
           Effect.logError("WebSocket stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => socket.destroy())))
-        )
+        ),
+        withTraceId(traceId)
       )
-    }))
-    fiber.addObserver(() => (fiber = undefined))
+    )
+    if (fiber.unsafePoll() !== null) fiber = undefined
+    else fiber.addObserver(() => (fiber = undefined))
     socket.once("close", () => {
-      if (closed !== undefined) run(closed)
+      if (closed !== undefined) closed()
       else fiber?.unsafeInterruptAsFork(fiber.id())
     })
   }

@@ -8,13 +8,12 @@ import type { IncomingMessage, ServerResponse } from "node:http"
 import { transportMetrics } from "../gateway/deliveryMetrics.js"
 import { type CloseReason, EventGateway, type Transport } from "../gateway/EventGateway.js"
 import { StreamSettings } from "../gateway/streamSettings.js"
-import { type CursorProblem, type EventLog, framePayload, type StreamEvent } from "../persistence/EventLog.js"
+import { type CursorProblem, framePayload, type StreamEvent } from "../persistence/EventLog.js"
 import { WriteFence } from "../persistence/WriteFence.js"
-import { newTraceId, traced } from "../tracing/TraceId.js"
-import { OriginPolicy, TokenSigner } from "./Auth.js"
+import { newTraceId, withTraceId } from "../tracing/TraceId.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
-import { authorizeStream, EVENTS_PATH } from "./StreamAuth.js"
+import { EVENTS_PATH, makeStreamAuth } from "./StreamAuth.js"
 import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
 /** The SSE frame of an event: built once per event, whatever the number of clients it goes to. */
@@ -62,7 +61,8 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const fence = yield* WriteFence
   const { sseHeartbeat: heartbeat, sseRetryMs: retryMs, writeDeadline: deadline } = yield* StreamSettings.config
   const deadlineMs = Duration.toMillis(deadline)
-  const run = yield* FiberSet.makeRuntime<EventGateway | TokenSigner | OriginPolicy | EventLog>()
+  const auth = yield* makeStreamAuth
+  const run = yield* FiberSet.makeRuntime<never>()
   const open = new Set<ServerResponse>()
   const blocked = new WeakSet<ServerResponse>()
   const metrics = transportMetrics("sse")
@@ -108,9 +108,8 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   }
 
   const serve = (req: IncomingMessage, res: ServerResponse) => {
-    // the request's trace id: its valid traceparent's, else the one its span starts
-    const parent = traceparentOf(req.headers)
-    let traceId = parent?.traceId ?? newTraceId()
+    // the request's trace id: its valid traceparent's, else a new one
+    const traceId = traceparentOf(req.headers)?.traceId ?? newTraceId()
     if (req.method !== "GET") {
       res.setHeader("allow", "GET")
       return refuseHttp(res, traceId)(405, "MethodNotAllowed", "use GET")
@@ -118,35 +117,37 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     req.socket.setNoDelay(true)
     const url = new URL(req.url ?? "/", "http://gateway")
     const transport = transportOf(res, () => traceId)
-    let closed: Effect.Effect<void> | undefined
-    // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours
-    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(traced("EventsSse.connect", parent, (id) => {
-      traceId = id
-      return authorizeStream(req, url).pipe(
+    let closed: (() => void) | undefined
+    // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours. No span
+    // per stream: opening one costs ≤ 2 ms of CPU (the trace id still names its log lines and its answer)
+    let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
+      auth.authorize(req, url).pipe(
         Effect.flatMap((request) => gateway.connect(request, transport)),
         Effect.tap((onClosed) =>
           Effect.sync(() => {
-            if (res.destroyed || res.writableEnded) run(onClosed)
+            if (res.destroyed || res.writableEnded) onClosed()
             else closed = onClosed
           })
         ),
         Effect.catchTags({
           StreamRefused: (e) =>
-            Effect.sync(() => refuseHttp(res, id)(e.status, e._tag, e.message, e.retryAfterSeconds)),
-          ProjectNotFound: (e) => Effect.sync(() => refuseHttp(res, id)(404, e._tag, e.message)),
+            Effect.sync(() => refuseHttp(res, traceId)(e.status, e._tag, e.message, e.retryAfterSeconds)),
+          ProjectNotFound: (e) => Effect.sync(() => refuseHttp(res, traceId)(404, e._tag, e.message)),
           TooManyConnections: (e) =>
-            Effect.sync(() => refuseHttp(res, id)(429, e._tag, e.message, e.retryAfterSeconds)),
-          StorageUnavailable: (e) => Effect.sync(() => refuseHttp(res, id)(503, e._tag, e.message))
+            Effect.sync(() => refuseHttp(res, traceId)(429, e._tag, e.message, e.retryAfterSeconds)),
+          StorageUnavailable: (e) => Effect.sync(() => refuseHttp(res, traceId)(503, e._tag, e.message))
         }),
         Effect.catchAllCause((cause) =>
           Effect.logError("SSE stream failed", cause).pipe(Effect.zipRight(Effect.sync(() => res.destroy())))
-        )
+        ),
+        withTraceId(traceId)
       )
-    }))
-    fiber.addObserver(() => (fiber = undefined))
+    )
+    if (fiber.unsafePoll() !== null) fiber = undefined
+    else fiber.addObserver(() => (fiber = undefined))
     res.once("close", () => {
       if (open.delete(res)) metrics.closed()
-      if (closed !== undefined) run(closed)
+      if (closed !== undefined) closed()
       else fiber?.unsafeInterruptAsFork(fiber.id())
     })
   }
