@@ -22,6 +22,7 @@ import inboxTrace from "../../migrations/0010_inbox_trace.js"
 import inboxDeadIndex from "../../migrations/0011_inbox_dead_index.js"
 import operations from "../../migrations/0012_operations.js"
 import runnerControls from "../../migrations/0013_runner_controls.js"
+import outboxUnpublishedOrder from "../../migrations/0014_outbox_unpublished_order.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
 
@@ -47,7 +48,8 @@ const migrations = {
   "0010_inbox_trace": inboxTrace,
   "0011_inbox_dead_index": inboxDeadIndex,
   "0012_operations": operations,
-  "0013_runner_controls": runnerControls
+  "0013_runner_controls": runnerControls,
+  "0014_outbox_unpublished_order": outboxUnpublishedOrder
 }
 
 /** The table the Migrator records applied migrations in (migration_id = the number before the name's `_`). */
