@@ -172,10 +172,10 @@ const program = Effect.gen(function*() {
   )
 
   yield* Effect.gen(function*() {
-    const entity: Array<{ perSecond: number; p50: number; p99: number }> = []
-    const ceiling: Array<{ perSecond: number; p50: number; p99: number }> = []
-    const floor: Array<{ perSecond: number; p50: number; p99: number }> = []
-    const single: Array<{ perSecond: number; p50: number; p99: number }> = []
+    const entity: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
+    const ceiling: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
+    const floor: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
+    const single: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
     // the pgbench-like ceiling: the same statement, one change per transaction (no group commit)
     process.env.COMMIT_MAX_BATCH = "1"
     const unbatched = layerStores(layerPostgres({
