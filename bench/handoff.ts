@@ -5,6 +5,7 @@
  * task's entity) until it answers. Recovery = the signal → the last task answering.
  *
  *   BENCH_TASKS (60)  BENCH_ROUNDS (1; medians of the rounds are printed)  DATABASE_URL (admin URL)
+ *   BENCH_RUNNER_OUTPUT=inherit  the runners' output (LOG_LEVEL=ERROR unless BENCH_RUNNER_ENV says otherwise) shown
  *   BENCH_RUNNER_ENV  extra settings for both runners, `NAME=value,NAME=value` (e.g. SHARD_LOCK_EXPIRATION=3 seconds)
  */
 import { Effect } from "effect"
@@ -30,7 +31,7 @@ const startRunner = (url: string) =>
   // no load balancer here to wait for: READINESS_GRACE (the stopped runner keeps its shards while /readyz says 503)
   // would only add its 2 s to the SIGTERM figure, which measures the handover
   startRunnerProcess({ DATABASE_URL: url, AUTH_SECRET: SECRET, READINESS_GRACE: "0 seconds", ...runnerEnv }, {
-    output: "ignore"
+    output: process.env.BENCH_RUNNER_OUTPUT === "inherit" ? "inherit" : "ignore"
   })
 
 const stop = stopProcess

@@ -172,10 +172,10 @@ const program = Effect.gen(function*() {
   )
 
   yield* Effect.gen(function*() {
-    const entity: Array<{ perSecond: number; p50: number; p99: number }> = []
-    const ceiling: Array<{ perSecond: number; p50: number; p99: number }> = []
-    const floor: Array<{ perSecond: number; p50: number; p99: number }> = []
-    const single: Array<{ perSecond: number; p50: number; p99: number }> = []
+    const entity: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
+    const ceiling: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
+    const floor: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
+    const single: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
     // the pgbench-like ceiling: the same statement, one change per transaction (no group commit)
     process.env.COMMIT_MAX_BATCH = "1"
     const unbatched = layerStores(layerPostgres({
@@ -236,6 +236,17 @@ const program = Effect.gen(function*() {
         `p50 ${median(ceiling.map((x) => x.p50)).toFixed(1)} ms, p99 ${median(ceiling.map((x) => x.p99)).toFixed(1)} ms`
     )
     console.log(`ratio entity / ceiling: ${((e / r) * 100).toFixed(0)}%`)
+    // where the entity's time goes, in this process's CPU (PostgreSQL's is not counted): the commit (ceiling), the
+    // cluster hop (no-op entity), and the rest is the entity's own work per transition
+    const cpu = (xs: ReadonlyArray<{ cpuMs: number }>) => median(xs.map((x) => x.cpuMs))
+    console.log(
+      `CPU per transition (this process): entity ${cpu(entity).toFixed(3)} ms = commit ${
+        cpu(ceiling).toFixed(3)
+      } ms + ` +
+        `cluster hop ${cpu(floor).toFixed(3)} ms + the entity's own ${
+          (cpu(entity) - cpu(ceiling) - cpu(floor)).toFixed(3)
+        } ms`
+    )
     const u = median(single.map((x) => x.perSecond))
     console.log(
       `one change per transaction (pgbench-like: no group commit, no cluster): ${u.toFixed(0)} transitions/s, ` +

@@ -81,6 +81,21 @@ interface CommitRow {
   readonly seq: number | null
 }
 
+/**
+ * task_transitions_total by source and status, made once per pair: tagging a metric builds and hashes a new key each
+ * time, on every commit.
+ */
+const transitionCounters = new Map<string, Metric.Metric.Counter<number>>()
+const transitionsCounter = (source: string, to: string) => {
+  const key = `${source}\u0000${to}`
+  let counter = transitionCounters.get(key)
+  if (counter === undefined) {
+    counter = Metric.tagged(Metric.tagged(taskTransitions, "source", source), "to", to)
+    transitionCounters.set(key, counter)
+  }
+  return counter
+}
+
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
 
 export const TaskStoreSettings = S.area("Task store", "the group commit of task changes", {
@@ -203,7 +218,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         })
       }
       if (row.seq === null || row.stream_epoch === null) return { _tag: "Stale" } as CommitResult
-      yield* Metric.increment(Metric.tagged(Metric.tagged(taskTransitions, "source", change.source), "to", next.status))
+      yield* Metric.increment(transitionsCounter(change.source, next.status))
       const task = new TaskSnapshot({
         ...next,
         homeRegion: token.region,

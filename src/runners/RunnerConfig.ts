@@ -22,17 +22,22 @@ export const RunnerSettings = S.area("Runner", "roles, HTTP listener, runner-to-
     { min: 1, max: 1000 }
   ),
   shardsPerGroup: S.integer("SHARDS_PER_GROUP", "shards per shard group; the same on every runner", 300, { min: 1 }),
-  // Measured here: with 6 s / 1 s / 2 s a killed runner's shards answer elsewhere after ~6.4 s (35 s / 3 s /
-  // 1 min defaults: ~30 s). A SIGTERM'd runner hands its shards over in ~1.5–2.5 s either way.
+  // A killed runner's shards move as soon as its runner port refuses connections (src/cluster/RefusedRunners.ts:
+  // ~1–2 s after kill -9 in bench:handoff), whatever these are. These bound the rest: a runner whose machine or
+  // network vanished is dropped after the expiration. A renewal that takes longer than min(refresh interval,
+  // expiration / 3) makes the runner give up all its shards ("Shard lock storage is unhealthy"): at 6 s / 2 s that
+  // was 2 s, which a loaded machine exceeded (13 losses in one bench:handoff run at load 20); 15 s / 5 s: none.
   shardLockExpiration: S.duration(
     "SHARD_LOCK_EXPIRATION",
-    "a killed runner's shards move after this (6 s / 1 s / 2 s here: ~6.4 s; the library's 35 s / 3 s / 1 min: ~30 s)",
-    "6 seconds"
+    "a runner that stopped renewing its locks (machine or network lost) is dropped after this; a killed process is " +
+      "seen at once (its port refuses)",
+    "15 seconds"
   ),
   shardLockRefreshInterval: S.duration(
     "SHARD_LOCK_REFRESH_INTERVAL",
-    "how often a runner renews its shard locks",
-    "2 seconds"
+    "how often a runner renews its shard locks; a renewal slower than this or a third of SHARD_LOCK_EXPIRATION gives " +
+      "the runner's shards up",
+    "5 seconds"
   ),
   refreshAssignmentsInterval: S.duration(
     "REFRESH_ASSIGNMENTS_INTERVAL",
