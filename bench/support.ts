@@ -116,7 +116,9 @@ export const startRunnerProcess = async (
   const health = watchHealth(child, httpPort, output)
   for (let i = 0; i < 240; i++) {
     try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/openapi.json`)).ok) return { child, httpPort, health }
+      // a request sent while the runner starts may never be answered: undici would wait 300 s for it
+      const res = await fetch(`http://127.0.0.1:${httpPort}/openapi.json`, { signal: AbortSignal.timeout(2_000) })
+      if (res.ok) return { child, httpPort, health }
     } catch {
       // starting
     }
