@@ -11,6 +11,7 @@
  * idle run's live heap against the baseline's.
  *
  *   BENCH_TASKS (10000)  BENCH_QPS (200)  BENCH_WINDOW_S (120)  BENCH_IDLE (both | on | off)  BENCH_SUBMIT_TIMEOUT_S (300)
+ *   BENCH_IDLE_QUOTA_WAIT (5 seconds: TASK_IDLE_QUOTA_WAIT of the idle run; the runner's default leaves it off)
  *   DATABASE_URL (admin URL)  REDIS_URL (optional)
  */
 import { FetchHttpClient } from "@effect/platform"
@@ -99,7 +100,7 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string,
     SWEEP_GRACE: "1 second",
     SWEEP_BATCH: "1000",
     MEMORY_PROBE_FILE: probeFile,
-    ...(mode === "off" ? IDLE_OFF : {})
+    ...(mode === "off" ? IDLE_OFF : { TASK_IDLE_QUOTA_WAIT: process.env.BENCH_IDLE_QUOTA_WAIT ?? "5 seconds" })
   }, { nodeArgs: [...nodeArgs, ...probe] })
   return { child, httpPort, health }
 }
