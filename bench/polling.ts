@@ -1,11 +1,18 @@
 /**
  * npm run bench:polling — 10,000 in-flight tasks on one runner process, polling the provider simulator under a
- * provider quota of 200 queries/s. Tasks are admitted in four batches (RSS measured after each, to see growth per
- * task), submitted by the runner itself (its sweeper wakes them), then polled for a measurement window.
- * Prints: sustained query rate vs the quota, poll lateness p50/p99 against next_poll_at, tasks never polled in
- * the window (starvation), the runner's CPU and RSS.
+ * provider quota of 200 queries/s, run twice on a fresh database each: with idle entities (the default: a task whose
+ * next poll or quota slot is far lets its entity go, TASK_IDLE_AFTER / TASK_IDLE_QUOTA_WAIT) and without (the
+ * baseline: every in-flight task keeps its entity, as before idle entities). Tasks are admitted in four batches
+ * (live heap after a full GC measured after each), submitted by the runner itself (its sweeper wakes them), then
+ * polled for a measurement window.
+ * Prints per run: live heap at 10,000 tasks and per task, entities in memory and tasks parked, the query rate per 5 s
+ * bucket against the quota (how many buckets within ±5%), poll lateness p50/p99 against next_poll_at, tasks never
+ * polled in the window (starvation), the runner's CPU and RSS, event-loop lag p99 and shard-lock losses; then the
+ * idle run's live heap against the baseline's.
  *
- *   BENCH_TASKS (10000)  BENCH_QPS (200)  BENCH_WINDOW_S (120)  DATABASE_URL (admin URL)  REDIS_URL (optional)
+ *   BENCH_TASKS (10000)  BENCH_QPS (200)  BENCH_WINDOW_S (120)  BENCH_IDLE (both | on | off)  BENCH_SUBMIT_TIMEOUT_S (300)
+ *   BENCH_IDLE_QUOTA_WAIT (5 seconds: TASK_IDLE_QUOTA_WAIT of the idle run; the runner's default leaves it off)
+ *   DATABASE_URL (admin URL)  REDIS_URL (optional)
  */
 import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
@@ -19,11 +26,29 @@ import pg from "pg"
 import { devSecret } from "../src/providers/devSecrets.js"
 import { simulatorOutputHosts } from "../src/simulator/embedded.js"
 import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
-import { freePort, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import {
+  freePort,
+  healthLine,
+  percentile,
+  type RunnerHealth,
+  sleep,
+  startRunnerProcess,
+  stopProcess
+} from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 10_000)
 const QPS = Number(process.env.BENCH_QPS ?? 200)
 const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 120)
+/** How long one batch may take to be submitted (a loaded machine submits a few per second). */
+const SUBMIT_TIMEOUT_S = Number(process.env.BENCH_SUBMIT_TIMEOUT_S ?? 300)
+const MODES = (process.env.BENCH_IDLE ?? "both") === "both" ? ["on", "off"] as const : [process.env.BENCH_IDLE as Mode]
+type Mode = "on" | "off"
+/** The baseline: no task ever goes idle, and an entity stays as long as the library's default said. */
+const IDLE_OFF = {
+  TASK_IDLE_AFTER: "1000 hours",
+  TASK_IDLE_QUOTA_WAIT: "1000 hours",
+  TASK_ENTITY_IDLE_TIME: "5 minutes"
+}
 const BATCHES = 4
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -48,10 +73,17 @@ const liveHeap = async (pid: number) => {
   return JSON.parse(fs.readFileSync(probeFile, "utf8")).heapUsed / 1024
 }
 
-const startRunner = async (databaseUrl: string, simUrl: string, objects: string) => {
+/** A gauge's value (summed over its label sets) from the runner's /metrics. */
+const gauge = async (httpPort: number, name: string) => {
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
+  return text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
+    .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+}
+
+const startRunner = async (databaseUrl: string, simUrl: string, objects: string, mode: Mode) => {
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
   const probe = ["--expose-gc", "--import", "./bench/memoryProbe.mjs"]
-  const { child } = await startRunnerProcess({
+  const { child, health, httpPort } = await startRunnerProcess({
     DATABASE_URL: databaseUrl,
     RUNWAY_BASE_URL: `${simUrl}/runway`,
     ...simulatorOutputHosts(simUrl, ["runway"]),
@@ -67,9 +99,10 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string)
     SWEEP_INTERVAL: "1 second",
     SWEEP_GRACE: "1 second",
     SWEEP_BATCH: "1000",
-    MEMORY_PROBE_FILE: probeFile
+    MEMORY_PROBE_FILE: probeFile,
+    ...(mode === "off" ? IDLE_OFF : { TASK_IDLE_QUOTA_WAIT: process.env.BENCH_IDLE_QUOTA_WAIT ?? "5 seconds" })
   }, { nodeArgs: [...nodeArgs, ...probe] })
-  return child
+  return { child, httpPort, health }
 }
 
 /** Admits `n` Runway tasks in one statement (task, PREPARED attempt, reserve), as the API would one by one. */
@@ -97,8 +130,18 @@ const inFlight = async (db: pg.Client) =>
       .count
   )
 
-const run = (sim: Simulator, simUrl: string) =>
-  Effect.promise(async () => {
+interface Result {
+  readonly mode: Mode
+  readonly idleHeapKiB: number
+  readonly heapKiB: number
+  readonly perTaskKiB: number
+  readonly withinBuckets: number
+  readonly buckets: number
+}
+
+/** One run on a fresh database: `mode` says whether task entities may go idle. */
+const run = (sim: Simulator, simUrl: string, mode: Mode) =>
+  Effect.promise(async (): Promise<Result> => {
     const admin = new pg.Client({ connectionString: adminUrl })
     await admin.connect()
     const name = `bench_polling_${Date.now().toString(36)}`
@@ -107,9 +150,13 @@ const run = (sim: Simulator, simUrl: string) =>
     url.pathname = `/${name}`
     const objects = fs.mkdtempSync(path.join(os.tmpdir(), "bench-polling-"))
     let runner: ChildProcess | undefined
+    let health: RunnerHealth | undefined
     const db = new pg.Client({ connectionString: url.toString() })
     try {
-      runner = await startRunner(url.toString(), simUrl, objects)
+      console.log(`\n-- idle entities ${mode} --`)
+      const started = await startRunner(url.toString(), simUrl, objects, mode)
+      runner = started.child
+      health = started.health
       const pid = runner.pid!
       await db.connect()
       await sleep(3000)
@@ -121,13 +168,15 @@ const run = (sim: Simulator, simUrl: string) =>
       const growth: Array<{ tasks: number; rssKiB: number; heapKiB: number }> = []
       for (let b = 1; b <= BATCHES; b++) {
         const target = Math.round((TASKS * b) / BATCHES)
-        const started = Date.now()
+        const batchStart = Date.now()
         await admit(db, project, tenant, target - Math.round((TASKS * (b - 1)) / BATCHES))
         while ((await inFlight(db)) < target) {
-          if (Date.now() - started > 300_000) throw new Error(`only ${await inFlight(db)} of ${target} submitted`)
+          if (Date.now() - batchStart > SUBMIT_TIMEOUT_S * 1000) {
+            throw new Error(`only ${await inFlight(db)} of ${target} submitted`)
+          }
           await sleep(1000)
         }
-        const submitS = (Date.now() - started) / 1000
+        const submitS = (Date.now() - batchStart) / 1000
         await sleep(10_000)
         const u = { ...usage(pid), heapKiB: await liveHeap(pid) }
         growth.push({ tasks: target, rssKiB: u.rssKiB, heapKiB: u.heapKiB })
@@ -142,13 +191,17 @@ const run = (sim: Simulator, simUrl: string) =>
       const q0 = sim.stats.queries
       const u0 = usage(pid)
       const lateness: Array<number> = []
-      const perSecond: Array<number> = []
+      const buckets: Array<number> = []
+      const entities: Array<number> = []
+      const parked: Array<number> = []
       let prev = windowStart
       let lastQueries = q0
       for (let elapsed = 0; elapsed < WINDOW_S; elapsed += 5) {
         await sleep(5000)
-        perSecond.push((sim.stats.queries - lastQueries) / 5)
+        buckets.push((sim.stats.queries - lastQueries) / 5)
         lastQueries = sim.stats.queries
+        entities.push(await gauge(started.httpPort, "effect_cluster_entities"))
+        parked.push(await gauge(started.httpPort, "tasks_parked"))
         const now = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
         const rows = await db.query(
           `SELECT last_poll_lateness_ms AS l FROM task_attempts WHERE last_polled_at > $1 AND last_polled_at <= $2`,
@@ -158,6 +211,7 @@ const run = (sim: Simulator, simUrl: string) =>
         prev = now
       }
       const u1 = usage(pid)
+      const heapKiB = await liveHeap(pid)
       const rate = (sim.stats.queries - q0) / WINDOW_S
       const starved = await db.query(
         `SELECT count(*) FILTER (WHERE last_polled_at IS NULL OR last_polled_at < $1)::int AS never,
@@ -166,11 +220,23 @@ const run = (sim: Simulator, simUrl: string) =>
         [windowStart]
       )
       const cpu = ((u1.cpuSeconds - u0.cpuSeconds) / WINDOW_S) * 100
-      console.log(`\n== bench:polling: ${TASKS} tasks in flight, provider quota ${QPS}/s, ${WINDOW_S} s window ==`)
+      const within = buckets.filter((r) => Math.abs(r - QPS) <= QPS * 0.05).length
       console.log(
-        `query rate: ${rate.toFixed(1)}/s sustained = ${((rate / QPS) * 100).toFixed(1)}% of the quota ` +
-          `(5 s buckets: min ${Math.min(...perSecond).toFixed(1)}, median ${percentile(perSecond, 50).toFixed(1)}, ` +
-          `max ${Math.max(...perSecond).toFixed(1)})`
+        `\n== bench:polling, idle entities ${mode}: ${TASKS} tasks in flight, provider quota ${QPS}/s, ${WINDOW_S} s ==`
+      )
+      console.log(
+        `live heap after the window: ${mib(heapKiB)} MiB (${((heapKiB - idle.heapKiB) / TASKS).toFixed(1)} KiB ` +
+          `per task over the idle runner's ${mib(idle.heapKiB)} MiB; goal ≤ 200 MiB)`
+      )
+      console.log(
+        `entities in memory (5 s samples): median ${percentile(entities, 50)}, max ${Math.max(...entities)}; ` +
+          `tasks parked: median ${percentile(parked, 50)}`
+      )
+      console.log(
+        `query rate: ${rate.toFixed(1)}/s sustained = ${((rate / QPS) * 100).toFixed(1)}% of the quota; ` +
+          `${within} of ${buckets.length} 5 s buckets within ±5% (${(QPS * 0.95).toFixed(0)}–${
+            (QPS * 1.05).toFixed(0)
+          }/s): ${buckets.map((r) => r.toFixed(0)).join(" ")}`
       )
       console.log(
         `poll lateness vs next_poll_at (${lateness.length} polls): p50 ${
@@ -191,7 +257,18 @@ const run = (sim: Simulator, simUrl: string) =>
           perTask((g) => g.rssKiB)
         } KiB`
       )
+      console.log(healthLine([health.stop()]))
+      health = undefined
+      return {
+        mode,
+        idleHeapKiB: idle.heapKiB,
+        heapKiB,
+        perTaskKiB: (heapKiB - idle.heapKiB) / TASKS,
+        withinBuckets: within,
+        buckets: buckets.length
+      }
     } finally {
+      health?.stop()
       if (runner !== undefined) await stopProcess(runner, "SIGTERM")
       await db.end().catch(() => undefined)
       await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
@@ -210,7 +287,22 @@ Effect.gen(function*() {
     })
     // long jobs, running almost at once: every task stays in flight and is polled at the running interval
     yield* sim.setFaults({ jobDurationMs: 3_600_000, queuedShare: 0.001 })
-    yield* run(sim, sim.baseUrl)
+    const results: Array<Result> = []
+    for (const mode of MODES) {
+      // every run starts with the provider's line empty (jobs of the last run are no longer polled)
+      results.push(yield* run(sim, sim.baseUrl, mode))
+    }
+    const on = results.find((r) => r.mode === "on")
+    const off = results.find((r) => r.mode === "off")
+    if (on !== undefined && off !== undefined) {
+      console.log(
+        `\n== idle entities against the baseline (every task keeps its entity), same machine, same run ==\n` +
+          `live heap with ${TASKS} tasks: ${mib(on.heapKiB)} MiB idle on vs ${mib(off.heapKiB)} MiB off ` +
+          `(${((on.heapKiB / off.heapKiB) * 100).toFixed(0)}%); per task ${on.perTaskKiB.toFixed(1)} vs ` +
+          `${off.perTaskKiB.toFixed(1)} KiB; 5 s buckets within ±5% of the quota: ${on.withinBuckets}/${on.buckets} ` +
+          `vs ${off.withinBuckets}/${off.buckets}`
+      )
+    }
   }).pipe(
     Effect.provide(NodeHttpServer.layer(createServer, { host: "127.0.0.1", port: simPort })),
     Effect.provide(FetchHttpClient.layer),

@@ -220,8 +220,10 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
       const started = yield* Clock.currentTimeMillis
       let from = 0
       while (from < 3) {
-        const step = yield* take(keys, from, limit, from === 0 && within !== null ? Math.min(within, horizon) : horizon)
-        if (step.next < 0 && from === 0 && within !== null) return false
+        // a caller that waits at most `within` (shorter than the horizon) asks only so far, and goes if refused
+        const short = from === 0 && within !== null && within < horizon
+        const step = yield* take(keys, from, limit, short ? within : horizon)
+        if (step.next < 0 && short) return false
         if (step.next < 0) {
           // the line is longer than the horizon: come back about when this caller's place would fit in it
           const retryIn = Math.min(horizon, Math.max(step.wait - horizon, horizon / 20)) * (0.75 + Math.random() / 2)

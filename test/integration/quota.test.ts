@@ -222,6 +222,27 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
       expect(Math.max(...waits)).toBeLessThan(scaled(6_000))
     }).pipe(Effect.scoped))
 
+  it.live("within: a caller refused because the line is longer than it waits reserves nothing (an idle task)", () =>
+    Effect.gen(function*() {
+      const prefix = yield* testPrefix
+      const quota = yield* makeQuota(prefix, { QUOTA_ACME_QPS: "10" })
+      const ahead = aheadOf(yield* admin, `${prefix}quota:provider:acme`)
+      // 20 reservations at 10/s: the line is about 2 s long
+      const line = yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => i), (i) => quota.acquire(scope(i % 4)), {
+        concurrency: "unbounded"
+      }).pipe(Effect.fork)
+      yield* Effect.sleep("100 millis")
+      const before = yield* ahead
+      expect(yield* quota.acquireWithin(scope(8), 200)).toBe(false)
+      // refused: the line is no longer than before (allowing for the time that passed)
+      expect(yield* ahead).toBeLessThanOrEqual(before)
+      // a caller that would wait as long as the line is let in, and waits its turn
+      const [waited, granted] = yield* Effect.timed(quota.acquireWithin(scope(9), 5_000))
+      expect(granted).toBe(true)
+      expect(Duration.toMillis(waited)).toBeGreaterThan(1_000)
+      yield* Fiber.join(line)
+    }).pipe(Effect.scoped))
+
   it.live("penalize: after a 429 with Retry-After 1 s, the next acquire on any runner waits about 1 s", () =>
     Effect.gen(function*() {
       const prefix = yield* testPrefix

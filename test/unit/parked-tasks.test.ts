@@ -1,0 +1,80 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Clock, Duration, Effect, Fiber, TestClock } from "effect"
+import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
+
+const scope = { provider: "runway", tenantId: "t1" }
+
+/** The registry's waker on the TestClock: quota slots every `slotMs` (one line, first come first served). */
+const start = (options: { slotMs: number; delivered?: (id: string) => boolean; here?: (id: string) => boolean }) =>
+  Effect.gen(function*() {
+    const parked = makeParkedTasks()
+    const woken: Array<{ id: string; at: number }> = []
+    let nextSlot = 0
+    const fiber = yield* Effect.fork(parked.run({
+      tick: Duration.millis(100),
+      lead: Duration.millis(500),
+      acquire: () =>
+        Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          nextSlot = Math.max(nextSlot, now) + options.slotMs
+          yield* Effect.sleep(Duration.millis(nextSlot - options.slotMs - now))
+        }),
+      wake: (id) =>
+        Effect.gen(function*() {
+          woken.push({ id, at: yield* Clock.currentTimeMillis })
+          return options.delivered?.(id) ?? true
+        }),
+      stillHere: (id) => options.here?.(id) ?? true
+    }))
+    return { parked, woken, stop: Fiber.interrupt(fiber) }
+  })
+
+describe("parked (idle) tasks on the test clock", () => {
+  it.effect("each is woken once, its lead before it is due, in order of due time", () =>
+    Effect.gen(function*() {
+      const { parked, stop, woken } = yield* start({ slotMs: 0 })
+      parked.park("late", { dueAt: 5_000, scope })
+      parked.park("early", { dueAt: 2_000, scope })
+      yield* TestClock.adjust(Duration.millis(1_400))
+      expect(woken).toEqual([])
+      yield* TestClock.adjust(Duration.millis(200))
+      expect(woken).toEqual([{ id: "early", at: 1_500 }])
+      yield* TestClock.adjust(Duration.millis(10_000))
+      expect(woken.map((w) => w.id)).toEqual(["early", "late"])
+      expect(woken[1]!.at).toBe(4_500)
+      expect(parked.size()).toBe(0)
+      yield* stop
+    }))
+
+  it.effect("a quota line: tasks wait as entries, are woken one slot apart, and a task woken meanwhile is skipped", () =>
+    Effect.gen(function*() {
+      const { parked, stop, woken } = yield* start({ slotMs: 1_000 })
+      for (const id of ["a", "b", "c", "d"]) parked.park(id, { dueAt: 0, scope })
+      yield* TestClock.adjust(Duration.millis(100))
+      expect(woken.map((w) => w.id)).toEqual(["a"])
+      // a webhook woke b's entity: its slot is spent, no Start is sent for it
+      parked.unpark("b")
+      yield* TestClock.adjust(Duration.millis(5_000))
+      expect(woken).toEqual([{ id: "a", at: 0 }, { id: "c", at: 2_000 }, { id: "d", at: 3_000 }])
+      yield* stop
+    }))
+
+  it.effect("a wake not delivered is tried again; a task whose shard moved away is left to its new owner", () =>
+    Effect.gen(function*() {
+      let refuse = true
+      const { parked, stop, woken } = yield* start({
+        slotMs: 0,
+        delivered: () => !refuse,
+        here: (id) => id !== "moved"
+      })
+      parked.park("x", { dueAt: 1_000, scope })
+      parked.park("moved", { dueAt: 1_000, scope })
+      yield* TestClock.adjust(Duration.millis(600))
+      expect(woken.map((w) => w.id)).toEqual(["x"])
+      refuse = false
+      yield* TestClock.adjust(Duration.millis(2_000))
+      expect(woken.map((w) => w.id)).toEqual(["x", "x"])
+      expect(parked.size()).toBe(0)
+      yield* stop
+    }))
+})
