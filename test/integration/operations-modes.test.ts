@@ -6,6 +6,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import WebSocket from "ws"
+import { SYSTEM_MODES } from "../../src/domain/systemModeNames.js"
 import { modeGates, type SystemMode } from "../../src/domain/systemModes.js"
 import { submissionsHeld } from "../../src/entities/submitter.js"
 import { TokenSigner } from "../../src/http/Auth.js"
@@ -118,16 +119,7 @@ describe.skipIf(noDatabase)("system modes through the admin API (seed 19.5.5, 19
       Effect.gen(function*() {
         const simulator = yield* Sim
         yield* simulator.setFaults({ jobDurationMs: 60_000, dropWebhooks: 1 })
-        const modes: ReadonlyArray<SystemMode> = [
-          "NORMAL",
-          "DEGRADED_NOTIFY",
-          "DEGRADED_PROVIDER",
-          "QUEUE_ONLY",
-          "RECONCILE_ONLY",
-          "READ_ONLY",
-          "MAINTENANCE"
-        ]
-        for (const mode of modes) {
+        for (const mode of SYSTEM_MODES) {
           const view = yield* setMode(mode, mode === "DEGRADED_PROVIDER" ? ["replicate"] : undefined)
           expect(view.mode).toBe(mode)
           const created = yield* create("openai")

@@ -1,19 +1,16 @@
-import { FetchHttpClient } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { afterAll, describe, expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Layer, Redacted } from "effect"
+import { Duration, Effect } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { layerPostgres } from "../../../src/persistence/Database.js"
-import { layerStores } from "../../../src/runners/Runner.js"
-import { simulatorOutputHosts } from "../../../src/simulator/embedded.js"
 import { admin, operatorToken, runnerPath, scopedRunner, shardCounts, until } from "../../support/admin.js"
-import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
-import { scaled, scaledDuration, services } from "../../support/env.js"
+import { noDatabase } from "../../support/database.js"
+import { scaled, scaledDuration } from "../../support/env.js"
 import { waitForHttp } from "../../support/processes.js"
-import { freePort, quietLogs } from "../../support/runner.js"
-import { layerSim, Sim } from "../../support/simulator.js"
+import { freePort } from "../../support/runner.js"
+import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runwayRunners.js"
+import { Sim } from "../../support/simulator.js"
 import { admitTask } from "../../support/tasks.js"
 
 const TASKS = 60
@@ -28,43 +25,20 @@ const sim = `http://127.0.0.1:${simPort}`
 const objects = fs.mkdtempSync(path.join(os.tmpdir(), "idle-handoff-objects-"))
 afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
 
-class DbUrl extends Context.Tag("DbUrl")<DbUrl, string>() {}
-const DbUrlLive = Layer.scoped(DbUrl, Effect.map(makeTestDatabaseUrl, ({ url }) => url))
-const StoresLive = Layer.unwrapEffect(
-  Effect.map(
-    DbUrl,
-    (url) => layerStores(layerPostgres({ url: Redacted.make(url), maxConnections: 4, applicationName: "test" }))
-  )
-)
-const TestLayer = Layer.mergeAll(layerSim(simPort, null), StoresLive.pipe(Layer.provideMerge(DbUrlLive))).pipe(
-  Layer.provide(FetchHttpClient.layer),
-  Layer.provide(quietLogs)
-)
+const TestLayer = layerRunwayFixture(simPort)
 
 /** A runner polling Runway every 1–3 s whose tasks go idle between polls (TASK_IDLE_AFTER 500 ms). */
 const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
   scopedRunner({
-    DATABASE_URL: databaseUrl,
+    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix: `test-${suffix}:` }),
     AUTH_SECRET,
-    ...(services.redisUrl === undefined ? {} : { REDIS_URL: services.redisUrl, REDIS_KEY_PREFIX: `test-${suffix}:` }),
-    HTTP_PORT: String(httpPort),
-    RUNNER_PORT: String(runnerPort),
-    RUNWAY_BASE_URL: `${sim}/runway`,
-    ...simulatorOutputHosts(sim, ["runway"]),
-    RUNWAY_LOOKUP: "true",
     POLL_INTERVAL_SCALE: "0.2",
     TASK_IDLE_AFTER: "500 millis",
     TASK_WAKE_LEAD: "200 millis",
     TASK_ENTITY_IDLE_TIME: "1 second",
-    OBJECT_STORE_DIR: objects,
-    ROCKETMQ_ENDPOINTS: "",
-    PROVIDER_TIMEOUT: "10 seconds",
-    SWEEP_INTERVAL: "1 second",
     // the sweeper starts the admitted tasks; it would rescue a polling task only SWEEP_GRACE plus QUOTA_MAX_WAIT
     // late: here the runners must wake every polling task themselves
-    SWEEP_GRACE: "2 seconds",
-    QUOTA_MAX_WAIT: "5 minutes",
-    LOG_LEVEL: "WARN"
+    QUOTA_MAX_WAIT: "5 minutes"
   })
 
 const lastPolls = Effect.flatMap(

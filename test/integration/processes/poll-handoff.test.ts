@@ -1,18 +1,15 @@
-import { FetchHttpClient } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { afterAll, describe, expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Layer, Redacted, Schedule } from "effect"
+import { Duration, Effect, Schedule } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { layerPostgres } from "../../../src/persistence/Database.js"
-import { layerStores } from "../../../src/runners/Runner.js"
-import { simulatorOutputHosts } from "../../../src/simulator/embedded.js"
-import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
-import { scaled, scaledDuration, services } from "../../support/env.js"
+import { noDatabase } from "../../support/database.js"
+import { scaled, scaledDuration } from "../../support/env.js"
 import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
-import { freePort, quietLogs } from "../../support/runner.js"
-import { layerSim, Sim } from "../../support/simulator.js"
+import { freePort } from "../../support/runner.js"
+import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runwayRunners.js"
+import { Sim } from "../../support/simulator.js"
 import { admitTask } from "../../support/tasks.js"
 
 const suffix = crypto.randomUUID().slice(0, 8)
@@ -24,42 +21,14 @@ const sim = `http://127.0.0.1:${simPort}`
 const objects = fs.mkdtempSync(path.join(os.tmpdir(), "poll-handoff-objects-"))
 afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
 
-class DbUrl extends Context.Tag("DbUrl")<DbUrl, string>() {}
-
-const DbUrlLive = Layer.scoped(DbUrl, Effect.map(makeTestDatabaseUrl, ({ url }) => url))
-const StoresLive = Layer.unwrapEffect(
-  Effect.map(
-    DbUrl,
-    (url) => layerStores(layerPostgres({ url: Redacted.make(url), maxConnections: 4, applicationName: "test" }))
-  )
-)
-const SimLive = layerSim(simPort, null)
-
-const TestLayer = Layer.mergeAll(SimLive, StoresLive.pipe(Layer.provideMerge(DbUrlLive))).pipe(
-  Layer.provide(FetchHttpClient.layer),
-  Layer.provide(quietLogs)
-)
+const TestLayer = layerRunwayFixture(simPort)
 
 /** A runner process polling Runway (polling only) on the simulator, with a 4 s poll lease. */
 const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
   spawnRunner({
-    DATABASE_URL: databaseUrl,
-    // quotas shared in Redis when the run has it, as before (the runner inherited the run's environment)
-    ...(services.redisUrl === undefined ? {} : { REDIS_URL: services.redisUrl, REDIS_KEY_PREFIX: `test-${suffix}:` }),
-    HTTP_PORT: String(httpPort),
-    RUNNER_PORT: String(runnerPort),
-    RUNWAY_BASE_URL: `${sim}/runway`,
-    ...simulatorOutputHosts(sim, ["runway"]),
-    RUNWAY_LOOKUP: "true",
+    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix: `test-${suffix}:` }),
     POLL_INTERVAL_SCALE: "0.05",
-    OBJECT_STORE_DIR: objects,
-    POLL_LEASE: "4 seconds",
-    // propagation in process: this test is about polling, and the broker may be restarted by another test
-    ROCKETMQ_ENDPOINTS: "",
-    PROVIDER_TIMEOUT: "10 seconds",
-    SWEEP_INTERVAL: "1 second",
-    SWEEP_GRACE: "2 seconds",
-    LOG_LEVEL: "WARN"
+    POLL_LEASE: "4 seconds"
   })
 
 const attemptRow = (attemptId: string) =>
