@@ -43,7 +43,11 @@ onRepeatedSignal()
 
 S.validateAll(allAreas).pipe(
   Effect.zipRight(
-    Effect.zipRight(checkRoles, checkListener).pipe(
+    Effect.gen(function*() {
+      const logRoles = yield* checkRoles
+      yield* checkListener
+      yield* logRoles
+    }).pipe(
       Effect.provide(layerLogging),
       Effect.mapError((e) => typeof e === "string" ? e : S.describe(e))
     )

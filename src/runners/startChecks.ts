@@ -42,13 +42,14 @@ export const servicesFromEnv = Effect.gen(function*() {
 
 /**
  * RUNNER_ROLES against the services configured (Roles.ts `rolesProblem`): an impossible combination is a `config:`
- * line naming RUNNER_ROLES, before anything starts; a possible one is logged.
+ * line naming RUNNER_ROLES, before anything starts; a possible one answers the line that logs it, for main.ts to log
+ * once every check has passed (a refusal by a later check stays the only line).
  */
-export const checkRoles: Effect.Effect<void, string> = Effect.gen(function*() {
+export const checkRoles: Effect.Effect<Effect.Effect<void>, string> = Effect.gen(function*() {
   const { roles } = yield* RunnerSettings.config
   const problem = rolesProblem(roles, yield* servicesFromEnv)
   if (Option.isSome(problem)) return yield* Effect.fail(`RUNNER_ROLES: ${problem.value}`)
-  yield* Effect.logInfo(
+  return Effect.logInfo(
     roles.has("entities")
       ? `roles: ${formatRoles(roles)}`
       : `roles: ${formatRoles(roles)} (a cluster client: hosts no shards)`
