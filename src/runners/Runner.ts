@@ -238,9 +238,20 @@ const layerHealth = (roles: Roles) => {
 const serveOn = <A, E, R>(c: RunnerConfig, app: Layer.Layer<A, E, R>) =>
   Layer.unwrapEffect(Effect.sync(() => {
     const { routes, server } = makeServer()
+    // Built after the listener, so released after the app (its streams ended) and before the listener's own close,
+    // which waits for every connection to end: a client that keeps one open (a stream reconnecting while the runner
+    // stops, a request whose headers never finish: Node waits for those up to headersTimeout, 60 s) held SIGTERM for
+    // a minute. Stop listening, then close what is left.
+    const closeLeftConnections = Layer.scopedDiscard(Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        server.close()
+        server.closeAllConnections()
+      })
+    ))
     return app.pipe(
       HttpServer.withLogAddress,
       Layer.provide(Layer.succeed(RawRoutes, routes)),
+      Layer.provide(closeLeftConnections),
       Layer.provide(NodeHttpServer.layer(() => server, { host: c.httpHost, port: c.httpPort }))
     )
   }))
