@@ -89,6 +89,9 @@ export const layerCluster = (c: RunnerConfig) => {
  */
 const clusterTables = <A, E, R>(storage: Layer.Layer<A, E, R>) =>
   storage.pipe(
+    // SqlMessageStorage runs its migrator under Effect.orDie: the lost race is a defect, which Layer.retry would not
+    // see (a runner of the Prometheus test exited on it), so every cause becomes a failure to retry
+    Layer.catchAllCause((cause) => Layer.fail(cause)),
     Layer.tapErrorCause((cause) => Effect.logWarning("cluster storage did not start; trying again", cause)),
     Layer.retry(
       backoffSchedule({ base: Duration.millis(200), cap: Duration.seconds(2) }).pipe(Schedule.upTo("30 seconds"))
