@@ -3,6 +3,7 @@ import { ConfigProvider, Context, Duration, Effect, Fiber, Layer, Logger, LogLev
 import { Redis as IORedis } from "ioredis"
 import { ProviderQuota, type QuotaScope } from "../../src/quota/ProviderQuota.js"
 import * as Redis from "../../src/redis/Redis.js"
+import { until } from "../support/admin.js"
 import { scaled, services } from "../support/env.js"
 import { startTcpProxy } from "../support/tcpProxy.js"
 
@@ -231,7 +232,8 @@ describe.skipIf(redisUrl === undefined)("ProviderQuota (Redis)", () => {
       const line = yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => i), (i) => quota.acquire(scope(i % 4)), {
         concurrency: "unbounded"
       }).pipe(Effect.fork)
-      yield* Effect.sleep("100 millis")
+      // the 20 reservations are in the line (about 2 s of it)
+      yield* until("the line reserved", ahead, (ms) => ms >= 1_500)
       const before = yield* ahead
       expect(yield* quota.acquireWithin(scope(8), 200)).toBe(false)
       // refused: the line is no longer than before (allowing for the time that passed)
