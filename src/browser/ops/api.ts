@@ -3,16 +3,10 @@
  * it dies with the tab), a deadline on every call, and every failure turned into one readable line.
  * The shapes are the admin API contract's JSON (snake_case), as the endpoints encode them.
  */
+import type { RunnerStatus } from "../../cluster/ClusterView.js"
 
-export interface RunnerView {
-  readonly address: string
-  readonly healthy: boolean
-  readonly draining: boolean
-  readonly weight: number
-  readonly shards: number
-  readonly entities: number | null
-  readonly singletons: ReadonlyArray<string>
-}
+/** A runner as GET /admin/cluster answers it: the server's own type (a type-only import, nothing bundled). */
+export type RunnerView = RunnerStatus
 export interface ClusterStatus {
   readonly runners: ReadonlyArray<RunnerView>
   readonly shards_per_group: number
