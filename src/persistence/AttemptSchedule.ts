@@ -112,19 +112,10 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
       attemptId: AttemptId,
       limit: number
     ) {
-      const rows = yield* sql<{ held: boolean }>`
-        SELECT pg_advisory_xact_lock(hashtext(${scope})),
-          EXISTS (SELECT 1 FROM submission_slots WHERE attempt_id = ${attemptId}) AS held`.pipe(
-        Effect.flatMap(([r]) =>
-          r!.held ? Effect.succeed([{ held: true }]) : sql<{ held: boolean }>`
-              INSERT INTO submission_slots (scope, attempt_id)
-              SELECT ${scope}, ${attemptId}
-              WHERE (SELECT count(*) FROM submission_slots WHERE scope = ${scope}) < ${limit}
-              RETURNING true AS held`
-        ),
-        sql.withTransaction
-      )
-      return rows.length > 0
+      // one statement: the scope's lock is held only while PostgreSQL runs it (migrations/0015)
+      const [row] = yield* sql<{ held: boolean }>`
+        SELECT acquire_submission_slot(${scope}, ${attemptId}, ${limit}) AS held`
+      return row?.held === true
     }, Effect.catchTag("SqlError", unavailable))
 
     /** What the user asked for: the submission's input (decoded at the API edge, stored with the task). */

@@ -23,6 +23,7 @@ import inboxDeadIndex from "../../migrations/0011_inbox_dead_index.js"
 import operations from "../../migrations/0012_operations.js"
 import runnerControls from "../../migrations/0013_runner_controls.js"
 import outboxUnpublishedOrder from "../../migrations/0014_outbox_unpublished_order.js"
+import submissionSlotAcquire from "../../migrations/0015_submission_slot_acquire.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
 
@@ -49,7 +50,8 @@ const migrations = {
   "0011_inbox_dead_index": inboxDeadIndex,
   "0012_operations": operations,
   "0013_runner_controls": runnerControls,
-  "0014_outbox_unpublished_order": outboxUnpublishedOrder
+  "0014_outbox_unpublished_order": outboxUnpublishedOrder,
+  "0015_submission_slot_acquire": submissionSlotAcquire
 }
 
 /** The table the Migrator records applied migrations in (migration_id = the number before the name's `_`). */

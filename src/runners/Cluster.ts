@@ -12,6 +12,7 @@ import { NodeClusterSocket } from "@effect/platform-node"
 import { RpcSerialization } from "@effect/rpc"
 import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ClusterView } from "../cluster/ClusterView.js"
+import { layerPromptAcquire } from "../cluster/PromptAcquire.js"
 import { layerRefusedRunners } from "../cluster/RefusedRunners.js"
 import { layerRunnerStorage, RunnerControls } from "../cluster/RunnerControls.js"
 import { RunnerReportsLive } from "../cluster/RunnerReports.js"
@@ -58,10 +59,12 @@ export const layerCluster = (c: RunnerConfig) => {
   return Layer.mergeAll(ClusterView.Default, RunnerReportsLive).pipe(
     Layer.provideMerge(sockets),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
-    // Sharding's runner storage: runners refusing connections taken as gone (RefusedRunners.ts), over the operators'
+    // Sharding's runner storage: runners refusing connections taken as gone (RefusedRunners.ts), over acquisitions that
+    // ask again promptly for shards still being released (PromptAcquire.ts), over the operators'
     // drains and weights laid over the runner list, over the storage whose shard-lock refreshes are observed for
     // /readyz, over SqlRunnerStorage
     Layer.provide(layerRefusedRunners),
+    Layer.provide(layerPromptAcquire),
     Layer.provide(layerRunnerStorage),
     Layer.provideMerge(watched),
     Layer.provide(clusterTables(SqlRunnerStorage.layer)),
