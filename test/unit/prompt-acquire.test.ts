@@ -12,7 +12,7 @@ const storage = (held: ReadonlyArray<number>) => {
   const locked = new Set(held)
   const asked: Array<number> = []
   const inner = RunnerStorage.RunnerStorage.of({
-    acquire: (_address, ids) =>
+    acquire: (_address: RunnerAddress.RunnerAddress, ids: Iterable<ShardId.ShardId>) =>
       Effect.sync(() => {
         const list: Array<ShardId.ShardId> = Array.from(ids)
         asked.push(list.length)
