@@ -98,7 +98,7 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string,
     OBJECT_STORE_DIR: objects,
     SWEEP_INTERVAL: "1 second",
     SWEEP_GRACE: "1 second",
-    SWEEP_BATCH: "1000",
+    SWEEP_BATCH: String(QPS),
     MEMORY_PROBE_FILE: probeFile,
     ...(mode === "off" ? IDLE_OFF : { TASK_IDLE_QUOTA_WAIT: process.env.BENCH_IDLE_QUOTA_WAIT ?? "5 seconds" })
   }, { nodeArgs: [...nodeArgs, ...probe] })
