@@ -50,12 +50,20 @@ const classify = (res: HttpClientResponse.HttpClientResponse): ProviderCallFaile
     detail: `HTTP ${res.status}`
   })
 
+/**
+ * A multipart form is encoded here (by the platform's Response, as fetch would), then sent as bytes: the client is
+ * undici's own (Runner.ts), which does not take the global FormData (measured: every OpenAI submit failed).
+ */
 const withBody = (req: HttpClientRequest.HttpClientRequest, body: unknown) =>
   body === undefined
-    ? req
+    ? Effect.succeed(req)
     : body instanceof FormData
-    ? HttpClientRequest.setBody(req, HttpBody.formData(body))
-    : HttpClientRequest.setBody(req, HttpBody.unsafeJson(body))
+    ? Effect.promise(async () => {
+      const encoded = new Response(body)
+      const bytes = new Uint8Array(await encoded.arrayBuffer())
+      return HttpClientRequest.setBody(req, HttpBody.uint8Array(bytes, encoded.headers.get("content-type")!))
+    })
+    : Effect.succeed(HttpClientRequest.setBody(req, HttpBody.unsafeJson(body)))
 
 /** What the provider said when it refused a submission: its message, for logs only (never public). */
 const refusalDetail = (res: HttpClientResponse.HttpClientResponse) =>
@@ -78,7 +86,7 @@ export const makeTransport = (options: {
       HttpClientRequest.setHeaders(options.headers)
     )
     if (key !== undefined) req = HttpClientRequest.setHeader(req, "idempotency-key", key)
-    return options.http.execute(withBody(req, body)).pipe(
+    return Effect.flatMap(withBody(req, body), options.http.execute).pipe(
       Effect.timeout(options.timeout),
       Effect.tapBoth({
         onSuccess: (res) => Metric.increment(Metric.tagged(responses, "status", String(res.status))),

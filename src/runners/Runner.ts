@@ -6,7 +6,7 @@ import {
   HttpServer,
   HttpServerResponse
 } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
+import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer, Metric, Stream } from "effect"
 import * as Bus from "../bus/NotificationBus.js"
 import { RunnerControls } from "../cluster/RunnerControls.js"
@@ -85,6 +85,9 @@ export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => 
 /**
  * What drives tasks between observations: provider clients and quotas, the poll schedule, the output pipeline
  * (object store from OBJECT_STORE_DIR), Redis from REDIS_URL (in-process quotas without it).
+ * Provider calls go through undici's own client, not fetch: every poll and submit is one call, and fetch (web
+ * streams over undici) cost 2.9 ms of CPU per GET against 1.1 ms (measured here, 2,000 sequential GETs, server in
+ * another process). Redirects are not followed (fetch followed them): no provider API here answers with one.
  */
 export const layerLifecycle = TaskLifecycle.Default.pipe(
   Layer.provide(Layer.mergeAll(
@@ -95,7 +98,7 @@ export const layerLifecycle = TaskLifecycle.Default.pipe(
     OutputDownloader.Default,
     OutputWork.Default
   )),
-  Layer.provide(Layer.mergeAll(ObjectStore.layerFromEnv, Redis.layerFromEnv, FetchHttpClient.layer))
+  Layer.provide(Layer.mergeAll(ObjectStore.layerFromEnv, Redis.layerFromEnv, NodeHttpClient.layerUndici))
 )
 
 /** `layer` in a process with the role, nothing otherwise. Only for layers that provide nothing others need. */

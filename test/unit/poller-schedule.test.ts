@@ -1,0 +1,102 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Clock, Duration, Effect, Fiber, Option, TestClock } from "effect"
+import type { TaskState } from "../../src/domain/taskState.js"
+import type { CommandResult } from "../../src/entities/GenerationTask.js"
+import { makePoller, type PollerDeps } from "../../src/entities/poller.js"
+import type { TaskHandle } from "../../src/entities/taskHandle.js"
+import type { PollLease } from "../../src/persistence/AttemptSchedule.js"
+import type { ProviderReport } from "../../src/providers/ProviderAdapter.js"
+import type { TaskId } from "../../src/schema/ids.js"
+
+const report: ProviderReport = {
+  providerTaskId: "job-1",
+  clientRequestId: null,
+  eventType: "poll",
+  providerUpdatedAt: null,
+  providerSequence: null,
+  status: "running",
+  stage: null,
+  progress: null,
+  errorClass: null,
+  errorCode: null,
+  outputRefs: []
+}
+
+/**
+ * One attempt's schedule as PostgreSQL keeps it, on the test clock: `finish` writes next_poll_at as the time it runs
+ * plus the delay (its statement's now()), and `claim` takes the lease only when that time has come.
+ */
+const start = (observeMs: number) =>
+  Effect.gen(function*() {
+    let nextPollAt = 0
+    const counts = { grants: 0, claims: 0, lost: 0, queries: 0 }
+    const deps = {
+      clients: { get: () => Option.some({ query: () => Effect.succeed(report) }) },
+      schedule: {
+        get: () =>
+          Effect.succeed(Option.some({ nextPollAt: new Date(nextPollAt), pollFailures: 0, pollLeaseUntil: null })),
+        claim: () =>
+          Effect.map(Clock.currentTimeMillis, (now) => {
+            counts.claims++
+            if (nextPollAt > now) {
+              counts.lost++
+              return Option.none<PollLease>()
+            }
+            return Option.some<PollLease>({ token: "t", latenessMs: 0 })
+          }),
+        finish: (_: string, __: PollLease, next: { delayMs: number }) =>
+          Effect.map(Clock.currentTimeMillis, (now) => {
+            nextPollAt = now + next.delayMs
+          })
+      },
+      quota: { acquireWithin: () => Effect.sync(() => ++counts.grants > 0) },
+      config: {
+        policy: {
+          scale: 1,
+          expectedMax: Duration.hours(1),
+          notFoundGrace: Duration.minutes(2),
+          errorCap: Duration.minutes(5)
+        },
+        pollLease: Duration.seconds(30),
+        idleQuotaWait: Duration.minutes(10)
+      }
+    } as unknown as PollerDeps
+    const poller = makePoller(deps)
+    const state = {
+      task: { status: "running", tenantId: "t1", createdAt: new Date(0) },
+      attempt: { id: "a1", provider: "runway", model: "m", providerTaskId: "job-1", submitStartedAt: new Date(0) }
+    } as unknown as TaskState
+    const handle = {
+      taskId: "task-1" as TaskId,
+      // the observation's commit waits its turn in the group commit (seconds under load)
+      observe: () =>
+        Effect.sleep(Duration.millis(observeMs)).pipe(
+          Effect.zipRight(Effect.sync(() => {
+            counts.queries++
+            return { outcome: "changed", reason: null, task: state.task } as unknown as CommandResult
+          }))
+        ),
+      scheduleMemo: null,
+      granted: false,
+      traceId: "trace"
+    } as unknown as TaskHandle
+    // the lifecycle's loop, without the rest of the task: poll, then wait as long as the poll said
+    const fiber = yield* Effect.fork(Effect.forever(
+      Effect.flatMap(poller.poll(handle, state), (ms) => ms > 0 ? Effect.sleep(Duration.millis(ms)) : Effect.yieldNow())
+    ))
+    return { counts, stop: Fiber.interrupt(fiber) }
+  })
+
+describe("the poller's schedule on the test clock", () => {
+  it.effect("a slow commit of the observation: the next poll waits for next_poll_at, one quota slot per poll", () =>
+    Effect.gen(function*() {
+      const { counts, stop } = yield* start(3_000)
+      for (let i = 0; i < 60; i++) yield* TestClock.adjust(Duration.seconds(5))
+      yield* stop
+      expect(counts.queries).toBeGreaterThanOrEqual(5)
+      // before: the memo was the time before the commit plus the delay, so every poll that changed the task woke
+      // 3 s early, took a slot, lost the claim, and took a second slot a second later
+      expect(counts.lost).toBe(0)
+      expect(counts.grants).toBe(counts.queries)
+    }))
+})
