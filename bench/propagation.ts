@@ -12,7 +12,9 @@
  *   2. latency: 1,000 events/s, then 500 events/s, for BENCH_SECONDS each; prints commit (the INSERT's COMMIT
  *      returned here) → Redis delivery (this process's subscriber got it) p50/p99; before the 1,000 events/s phase,
  *      its ceiling: the RocketMQ client alone at 1,000 messages/s (20 ms ticks, as the commits come; groups side
- *      by side; the same receives), send called → message received p50/p99;
+ *      by side; the same receives), send called → message received p50/p99; after each phase, from the runner's
+ *      queue_consume_lag_seconds (the relay's send → the dispatcher's receive), the share within 10/50/100/250 ms,
+ *      which tells the relay's part of the tail (commit → send) from the broker's (send → receive);
  *   and the runner's event-loop lag p99 and shard-lock losses.
  *
  *   DATABASE_URL  ROCKETMQ_ENDPOINTS  REDIS_URL  BENCH_SECONDS (20)  BENCH_MAX_RATE (4000)
@@ -219,8 +221,29 @@ const ceilingLatency = async (rate: number, seconds: number) => {
   )
 }
 
+/** The runner's queue_consume_lag_seconds buckets (le → cumulative count), summed over its consumer groups. */
+const consumeLagBuckets = async (httpPort: number) => {
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
+  const buckets = new Map<string, number>()
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("queue_consume_lag_seconds_bucket{")) continue
+    const le = /le="([^"]+)"/.exec(line)?.[1]
+    if (le !== undefined) buckets.set(le, (buckets.get(le) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)))
+  }
+  return buckets
+}
+
+/** "send → dispatcher receive: ≤10 ms 40%, ≤50 ms 90%, …" for the deliveries between two scrapes. */
+const consumeLagLine = (before: Map<string, number>, after: Map<string, number>) => {
+  const delta = (le: string) => (after.get(le) ?? 0) - (before.get(le) ?? 0)
+  const all = delta("+Inf")
+  return `  relay send → dispatcher receive (runner's queue_consume_lag_seconds, ${all} deliveries): ` +
+    ["0.01", "0.05", "0.1", "0.25"].map((le) => `≤${Number(le) * 1000} ms ${(100 * delta(le) / all).toFixed(1)}%`)
+      .join(", ")
+}
+
 const startRunner = async (databaseUrl: string) => {
-  const { child, health } = await startRunnerProcess({
+  const { child, health, httpPort } = await startRunnerProcess({
     DATABASE_URL: databaseUrl,
     ROCKETMQ_ENDPOINTS: endpoints,
     ROCKETMQ_TOPIC: topic,
@@ -229,7 +252,7 @@ const startRunner = async (databaseUrl: string) => {
     REDIS_KEY_PREFIX: prefix,
     INBOX_PROCESSOR_ENABLED: "false"
   }, { nodeArgs: (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0) })
-  return { child, health }
+  return { child, health, httpPort }
 }
 
 let seq = 0
@@ -287,10 +310,11 @@ const main = async () => {
   url.pathname = `/${name}`
   let runner: ChildProcess | undefined
   let health: RunnerHealth | undefined
+  let httpPort = 0
   const db = new pg.Client({ connectionString: url.toString() })
   const sub = new Redis(redisUrl)
   try {
-    ;({ child: runner, health } = await startRunner(url.toString()))
+    ;({ child: runner, health, httpPort } = await startRunner(url.toString()))
     await db.connect()
     const received = new Map<number, number>()
     await sub.subscribe(`${prefix}project:${project}`)
@@ -335,6 +359,7 @@ const main = async () => {
     for (const rate of PHASES.includes("latency") ? [1000, 500] : []) {
       if (rate === 1000) await ceilingLatency(rate, SECONDS)
       await sleep(5000)
+      const lagBefore = await consumeLagBuckets(httpPort)
       const latencyStart = seq
       const sent2 = await drive(db, rate, SECONDS, committedAt)
       const deadline2 = performance.now() + 90_000
@@ -349,6 +374,7 @@ const main = async () => {
           `p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms, ` +
           `max ${Math.max(...latencies).toFixed(0)} ms`
       )
+      console.log(consumeLagLine(lagBefore, await consumeLagBuckets(httpPort)))
     }
     console.log(healthLine([health!.stop()]))
   } finally {
