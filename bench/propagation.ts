@@ -10,10 +10,15 @@
  *   1. sustained: commits as fast as BENCH_MAX_RATE allows for BENCH_SECONDS; prints delivered events/s; then the
  *      ceiling again, and the ratio to the mean of the ceilings before and after (the machine's load drifts);
  *   2. latency: 1,000 events/s, then 500 events/s, for BENCH_SECONDS each; prints commit (the INSERT's COMMIT
- *      returned here) → Redis delivery (this process's subscriber got it) p50/p99;
+ *      returned here) → Redis delivery (this process's subscriber got it) p50/p99; before the 1,000 events/s phase,
+ *      its ceiling: the RocketMQ client alone at 1,000 messages/s (20 ms ticks, as the commits come; groups side
+ *      by side; the same receives), send called → message received p50/p99; after each phase, from the runner's
+ *      queue_consume_lag_seconds (the relay's send → the dispatcher's receive), the share within 10/50/100/250 ms,
+ *      which tells the relay's part of the tail (commit → send) from the broker's (send → receive);
  *   and the runner's event-loop lag p99 and shard-lock losses.
  *
  *   DATABASE_URL  ROCKETMQ_ENDPOINTS  REDIS_URL  BENCH_SECONDS (20)  BENCH_MAX_RATE (4000)
+ *   BENCH_PHASES ("sustained,latency"; "latency" alone skips the rate ceilings and the sustained phase)
  *   BENCH_NODE_ARGS (node flags for the runner, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof")
  */
 import { Redis } from "ioredis"
@@ -41,6 +46,7 @@ const SEND_CONCURRENCY = Number(process.env.ROCKETMQ_SEND_CONCURRENCY ?? 64)
 const RECEIVERS = Number(process.env.ROCKETMQ_RECEIVERS ?? 4)
 const ceilingTopic = `bench-ceiling-${suffix}`
 const ceilingGroup = `bench-ceiling-consumer-${suffix}`
+const PHASES = (process.env.BENCH_PHASES ?? "sustained,latency").split(",")
 
 /** A domain event's JSON as the outbox holds it (jsonb's text), for the ceiling's message bodies. */
 const sampleBody = (task: string, s: number) =>
@@ -137,8 +143,107 @@ const ceiling = async (seconds: number) => {
   return rate
 }
 
+/**
+ * The RocketMQ client's own send → receive latency at `rate` messages/s for `seconds` (a fresh group on the ceiling
+ * topic): every 20 ms the messages due, over the 1,000 groups side by side, as the relay sends a commit's rows; the
+ * consumer receives as the dispatcher does (RECEIVERS receives of 32 in flight, each message acked). Returns the
+ * p50/p99 of send called → received, the floor under the pipeline's commit → Redis delivery.
+ */
+const ceilingLatency = async (rate: number, seconds: number) => {
+  const latencyGroup = `${ceilingGroup}-latency`
+  execFileSync("scripts/rocketmq.sh", ["topic", ceilingTopic, latencyGroup], { stdio: "inherit" })
+  const producer = new Producer({ endpoints, namespace: "", topics: [ceilingTopic], logger: quiet })
+  const consumer = new SimpleConsumer({
+    endpoints,
+    namespace: "",
+    consumerGroup: latencyGroup,
+    awaitDuration: 5000,
+    subscriptions: new Map([[ceilingTopic, "*"]]),
+    logger: quiet
+  })
+  await producer.startup()
+  await consumer.startup()
+  const sentAt = new Map<string, number>()
+  const latencies: Array<number> = []
+  let receiving = true
+  const receiveLoop = async () => {
+    while (receiving) {
+      const messages = await consumer.receive(32, 30_000).catch(() => [])
+      const at = performance.now()
+      for (const m of messages) {
+        const id = m.properties.get("n")
+        const t = id === undefined ? undefined : sentAt.get(id)
+        if (t !== undefined) latencies.push(at - t)
+      }
+      await Promise.all(messages.map((m) => consumer.ack(m).catch(() => undefined)))
+    }
+  }
+  const loops = Array.from({ length: RECEIVERS }, receiveLoop)
+  let s = 0
+  const started = performance.now()
+  const pending: Array<Promise<unknown>> = []
+  while (performance.now() - started < seconds * 1000) {
+    const due = Math.floor(((performance.now() - started) / 1000) * rate) - s
+    if (due <= 0) {
+      await sleep(20)
+      continue
+    }
+    for (let i = 0; i < due; i++) {
+      s++
+      const task = tasks[s % TASKS]!
+      const n = String(s)
+      sentAt.set(n, performance.now())
+      pending.push(
+        producer.send({
+          topic: ceilingTopic,
+          body: Buffer.from(sampleBody(task, s)),
+          keys: [task],
+          messageGroup: task,
+          properties: new Map([["n", n]])
+        }).catch(() => undefined)
+      )
+    }
+  }
+  await Promise.all(pending)
+  const deadline = performance.now() + 30_000
+  while (latencies.length < s && performance.now() < deadline) await sleep(100)
+  receiving = false
+  await Promise.race([Promise.all(loops), sleep(6000)])
+  await producer.shutdown().catch(() => undefined)
+  await consumer.shutdown().catch(() => undefined)
+  execFileSync("scripts/rocketmq.sh", ["drop", ceilingTopic, latencyGroup], { stdio: "inherit" })
+  console.log(
+    `ceiling at ${rate} messages/s for ${seconds} s (RocketMQ client alone): ${latencies.length}/${s} received; ` +
+      `send → receive p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${
+        percentile(latencies, 99).toFixed(1)
+      } ms, ` +
+      `max ${Math.max(...latencies).toFixed(0)} ms`
+  )
+}
+
+/** The runner's queue_consume_lag_seconds buckets (le → cumulative count), summed over its consumer groups. */
+const consumeLagBuckets = async (httpPort: number) => {
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
+  const buckets = new Map<string, number>()
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("queue_consume_lag_seconds_bucket{")) continue
+    const le = /le="([^"]+)"/.exec(line)?.[1]
+    if (le !== undefined) buckets.set(le, (buckets.get(le) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)))
+  }
+  return buckets
+}
+
+/** "send → dispatcher receive: ≤10 ms 40%, ≤50 ms 90%, …" for the deliveries between two scrapes. */
+const consumeLagLine = (before: Map<string, number>, after: Map<string, number>) => {
+  const delta = (le: string) => (after.get(le) ?? 0) - (before.get(le) ?? 0)
+  const all = delta("+Inf")
+  return `  relay send → dispatcher receive (runner's queue_consume_lag_seconds, ${all} deliveries): ` +
+    ["0.01", "0.05", "0.1", "0.25"].map((le) => `≤${Number(le) * 1000} ms ${(100 * delta(le) / all).toFixed(1)}%`)
+      .join(", ")
+}
+
 const startRunner = async (databaseUrl: string) => {
-  const { child, health } = await startRunnerProcess({
+  const { child, health, httpPort } = await startRunnerProcess({
     DATABASE_URL: databaseUrl,
     ROCKETMQ_ENDPOINTS: endpoints,
     ROCKETMQ_TOPIC: topic,
@@ -147,7 +252,7 @@ const startRunner = async (databaseUrl: string) => {
     REDIS_KEY_PREFIX: prefix,
     INBOX_PROCESSOR_ENABLED: "false"
   }, { nodeArgs: (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0) })
-  return { child, health }
+  return { child, health, httpPort }
 }
 
 let seq = 0
@@ -195,7 +300,8 @@ const main = async () => {
   execFileSync("scripts/rocketmq.sh", ["topic", topic, group], { stdio: "inherit" })
   execFileSync("scripts/rocketmq.sh", ["topic", ceilingTopic, ceilingGroup], { stdio: "inherit" })
   console.log(`\n== bench:propagation: outbox → RocketMQ → dispatcher → Redis (one runner process) ==`)
-  const ceilingRate = await ceiling(SECONDS)
+  const sustained = PHASES.includes("sustained")
+  const ceilingRate = sustained ? await ceiling(SECONDS) : NaN
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
   const name = `bench_propagation_${suffix}`
@@ -204,10 +310,11 @@ const main = async () => {
   url.pathname = `/${name}`
   let runner: ChildProcess | undefined
   let health: RunnerHealth | undefined
+  let httpPort = 0
   const db = new pg.Client({ connectionString: url.toString() })
   const sub = new Redis(redisUrl)
   try {
-    ;({ child: runner, health } = await startRunner(url.toString()))
+    ;({ child: runner, health, httpPort } = await startRunner(url.toString()))
     await db.connect()
     const received = new Map<number, number>()
     await sub.subscribe(`${prefix}project:${project}`)
@@ -220,34 +327,39 @@ const main = async () => {
     await drive(db, 200, 3, committedAt)
     await sleep(3000)
 
-    const startSeq = seq
-    const t0 = performance.now()
-    const sent = await drive(db, MAX_RATE, SECONDS, committedAt)
-    const commitSeconds = (performance.now() - t0) / 1000
-    const deadline = performance.now() + 120_000
-    while (performance.now() < deadline && [...received.keys()].filter((s) => s > startSeq).length < sent) {
-      await sleep(200)
+    if (sustained) await sustainedPhase()
+    async function sustainedPhase() {
+      const startSeq = seq
+      const t0 = performance.now()
+      const sent = await drive(db, MAX_RATE, SECONDS, committedAt)
+      const commitSeconds = (performance.now() - t0) / 1000
+      const deadline = performance.now() + 120_000
+      while (performance.now() < deadline && [...received.keys()].filter((s) => s > startSeq).length < sent) {
+        await sleep(200)
+      }
+      const inPhase = [...received.entries()].filter(([s]) => s > startSeq)
+      const lastAt = Math.max(...inPhase.map(([, at]) => at))
+      const deliveredRate = inPhase.length / ((lastAt - t0) / 1000)
+      console.log(
+        `sustained: committed ${sent} events in ${commitSeconds.toFixed(1)} s (${
+          (sent / commitSeconds).toFixed(0)
+        }/s); ` +
+          `delivered ${inPhase.length} to the Redis subscriber at ${deliveredRate.toFixed(0)} events/s ` +
+          `(first commit → last delivery)`
+      )
+      // the machine is shared: the ceiling again right after, and the ratio to the mean of both
+      const ceilingAfter = await ceiling(SECONDS)
+      console.log(
+        `sustained / ceiling: ${(100 * deliveredRate / ((ceilingRate + ceilingAfter) / 2)).toFixed(0)}% ` +
+          `(ceiling before ${ceilingRate.toFixed(0)}/s, after ${ceilingAfter.toFixed(0)}/s)`
+      )
     }
-    const inPhase = [...received.entries()].filter(([s]) => s > startSeq)
-    const lastAt = Math.max(...inPhase.map(([, at]) => at))
-    const deliveredRate = inPhase.length / ((lastAt - t0) / 1000)
-    console.log(
-      `sustained: committed ${sent} events in ${commitSeconds.toFixed(1)} s (${
-        (sent / commitSeconds).toFixed(0)
-      }/s); ` +
-        `delivered ${inPhase.length} to the Redis subscriber at ${deliveredRate.toFixed(0)} events/s ` +
-        `(first commit → last delivery)`
-    )
-    // the machine is shared: the ceiling again right after, and the ratio to the mean of both
-    const ceilingAfter = await ceiling(SECONDS)
-    console.log(
-      `sustained / ceiling: ${(100 * deliveredRate / ((ceilingRate + ceilingAfter) / 2)).toFixed(0)}% ` +
-        `(ceiling before ${ceilingRate.toFixed(0)}/s, after ${ceilingAfter.toFixed(0)}/s)`
-    )
 
     // latency at the issue's 1,000 events/s, and at a rate below the sustained capacity
-    for (const rate of [1000, 500]) {
+    for (const rate of PHASES.includes("latency") ? [1000, 500] : []) {
+      if (rate === 1000) await ceilingLatency(rate, SECONDS)
       await sleep(5000)
+      const lagBefore = await consumeLagBuckets(httpPort)
       const latencyStart = seq
       const sent2 = await drive(db, rate, SECONDS, committedAt)
       const deadline2 = performance.now() + 90_000
@@ -262,6 +374,7 @@ const main = async () => {
           `p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms, ` +
           `max ${Math.max(...latencies).toFixed(0)} ms`
       )
+      console.log(consumeLagLine(lagBefore, await consumeLagBuckets(httpPort)))
     }
     console.log(healthLine([health!.stop()]))
   } finally {

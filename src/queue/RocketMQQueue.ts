@@ -12,6 +12,7 @@ import {
   type OutgoingMessage,
   QueueUnavailable
 } from "./EventQueue.js"
+import { ackAll } from "./RocketMQAck.js"
 
 export interface RocketMQOptions {
   /** The proxy's gRPC endpoints, e.g. "127.0.0.1:8081". */
@@ -146,9 +147,14 @@ export const makeRocketMQQueue = (
               subscriptions: new Map([[topic, "*"]])
             })
         )
-        const ack = (m: MessageView) =>
-          Effect.tryPromise(() => consumer.ack(m)).pipe(
-            Effect.catchAll((e) => Effect.logWarning(`RocketMQ ack failed (redelivered later): ${String(e)}`))
+        // one request for a round's acks (RocketMQAck.ts); a failed one is redelivered after the invisible duration
+        const ack = (ms: ReadonlyArray<MessageView>) =>
+          ackAll(consumer, group, ms).pipe(
+            Effect.flatMap((failed) =>
+              failed.length === 0 ? Effect.void : Effect.logWarning(
+                `RocketMQ ack failed for ${failed.length} of ${ms.length} (redelivered later): ${failed[0]!.error}`
+              )
+            )
           )
         // back soon instead of after the invisible duration; the orderly queue stays locked until then
         const retryLater = (m: MessageView) =>
@@ -210,7 +216,7 @@ export const makeRocketMQQueue = (
               failures.set(m.messageId, deliveries[i]!.attempt)
               if (failures.size > 10_000) failures.delete(failures.keys().next().value!)
             })
-            yield* Effect.forEach(done, ack, { concurrency: "unbounded", discard: true })
+            if (done.length > 0) yield* ack(done)
             return new Set(handled.filter((_, i) => ok[i] !== true))
           })
 
