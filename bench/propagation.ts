@@ -79,18 +79,24 @@ const quiet = { info: () => {}, warn: () => {}, error: () => {} }
  * The RocketMQ client's own send → receive rate for `seconds`: batches of BATCH messages over the 1,000 groups, each
  * batch sent with SEND_CONCURRENCY groups side by side, while RECEIVERS receive loops take and ack them.
  */
-const ceiling = async (seconds: number) => {
+/** A started producer on the ceiling's topic and a started SimpleConsumer of it in `group`: no code of ours. */
+const ceilingClients = async (group: string) => {
   const producer = new Producer({ endpoints, namespace: "", topics: [ceilingTopic], logger: quiet })
   const consumer = new SimpleConsumer({
     endpoints,
     namespace: "",
-    consumerGroup: ceilingGroup,
+    consumerGroup: group,
     awaitDuration: 5000,
     subscriptions: new Map([[ceilingTopic, "*"]]),
     logger: quiet
   })
   await producer.startup()
   await consumer.startup()
+  return { producer, consumer }
+}
+
+const ceiling = async (seconds: number) => {
+  const { producer, consumer } = await ceilingClients(ceilingGroup)
   let received = 0
   let lastReceivedAt = 0
   let receiving = true
@@ -152,17 +158,7 @@ const ceiling = async (seconds: number) => {
 const ceilingLatency = async (rate: number, seconds: number) => {
   const latencyGroup = `${ceilingGroup}-latency`
   execFileSync("scripts/rocketmq.sh", ["topic", ceilingTopic, latencyGroup], { stdio: "inherit" })
-  const producer = new Producer({ endpoints, namespace: "", topics: [ceilingTopic], logger: quiet })
-  const consumer = new SimpleConsumer({
-    endpoints,
-    namespace: "",
-    consumerGroup: latencyGroup,
-    awaitDuration: 5000,
-    subscriptions: new Map([[ceilingTopic, "*"]]),
-    logger: quiet
-  })
-  await producer.startup()
-  await consumer.startup()
+  const { producer, consumer } = await ceilingClients(latencyGroup)
   const sentAt = new Map<string, number>()
   const latencies: Array<number> = []
   let receiving = true
