@@ -9,7 +9,7 @@ import {
   SqlRunnerStorage
 } from "@effect/cluster"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Fiber, Layer, Logger, Option } from "effect"
+import { ConfigProvider, Effect, Fiber, Layer, Logger, Option, Stream, SubscriptionRef } from "effect"
 import { RunnerSettings } from "../../src/runners/RunnerConfig.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
@@ -31,7 +31,16 @@ const stall = (ms: number) =>
  * The runner storage whose `refresh` (the cluster's lock renewal) is sent, then the event loop stalls before its
  * answer can be read, `stalls` times; afterwards the refreshes go through untouched. Renewals answered are counted.
  */
-const layerStallingRefresh = (stalls: { remaining: number; done: number; renewals: number }) =>
+interface Progress {
+  readonly done: number
+  readonly renewals: number
+}
+
+/** Waits for the stalls' progress to satisfy `p`: woken by each change, no polling. */
+const progressReaches = (progress: SubscriptionRef.SubscriptionRef<Progress>, p: (now: Progress) => boolean) =>
+  progress.changes.pipe(Stream.filter(p), Stream.runHead)
+
+const layerStallingRefresh = (stalls: { remaining: number }, progress: SubscriptionRef.SubscriptionRef<Progress>) =>
   Layer.effect(
     RunnerStorage.RunnerStorage,
     Effect.map(RunnerStorage.RunnerStorage, (inner) =>
@@ -46,10 +55,10 @@ const layerStallingRefresh = (stalls: { remaining: number; done: number; renewal
             if (stalls.remaining > 0 && ids.length > 0) {
               stalls.remaining--
               yield* stall(STALL_MS)
-              stalls.done++
+              yield* SubscriptionRef.update(progress, (p) => ({ ...p, done: p.done + 1 }))
             }
             const renewed = yield* Fiber.join(renewal)
-            stalls.renewals++
+            yield* SubscriptionRef.update(progress, (p) => ({ ...p, renewals: p.renewals + 1 }))
             return renewed
           })
       }))
@@ -63,11 +72,12 @@ describe.skipIf(noDatabase)("shard locks under a stalled event loop", () => {
         // the runner's own defaults (RunnerConfig.ts), not this machine's environment
         const c = yield* RunnerSettings.config.pipe(Effect.withConfigProvider(ConfigProvider.fromMap(new Map())))
         const losses: Array<string> = []
-        const stalls = { remaining: 2, done: 0, renewals: 0 }
+        const stalls = { remaining: 2 }
+        const progress = yield* SubscriptionRef.make<Progress>({ done: 0, renewals: 0 })
         const sharding = Sharding.layer.pipe(
           Layer.provide(Runners.layerNoop),
           Layer.provide([MessageStorage.layerNoop, RunnerHealth.layerNoop]),
-          Layer.provide(layerStallingRefresh(stalls)),
+          Layer.provide(layerStallingRefresh(stalls, progress)),
           Layer.provide(SqlRunnerStorage.layer),
           Layer.provide(ShardingConfig.layer({
             runnerAddress: Option.some(RunnerAddress.make("127.0.0.1", 1)),
@@ -84,10 +94,10 @@ describe.skipIf(noDatabase)("shard locks under a stalled event loop", () => {
         }))
         yield* Effect.gen(function*() {
           // both stalls happen during renewals of held locks, then one clean renewal after them
-          while (stalls.done < 2) yield* Effect.sleep("100 millis")
+          const stalled = yield* progressReaches(progress, (p) => p.done >= 2)
           // the second stalled renewal answers, then a clean one after it: a loss would have been logged by then
-          const renewals = stalls.renewals
-          while (stalls.renewals < renewals + 2) yield* Effect.sleep("100 millis")
+          const renewals = Option.getOrThrow(stalled).renewals
+          yield* progressReaches(progress, (p) => p.renewals >= renewals + 2)
         }).pipe(Effect.provide(sharding), Effect.timeout(scaled(120_000)), Effect.orDie, Effect.provide(counting))
         expect(losses).toEqual([])
       }),
