@@ -128,10 +128,11 @@ describe.skipIf(noDatabase)("idle task entities", () => {
 })
 
 describe.skipIf(noDatabase)("idle task entities woken by messages", () => {
-  // the first poll 20–50 s after the submission, idle entities stay in memory and the sweeper looks only at tasks
-  // 2 minutes late: only a message can wake them early
+  // the first poll 80–200 s after the submission (far beyond what a loaded CI machine takes to deliver a webhook: at
+  // 20–50 s one run finished 99 ms after the poll was due), idle entities stay in memory and the sweeper looks only at
+  // tasks 2 minutes late: only a message can wake them early
   layer(
-    layerWith({ POLL_INTERVAL_SCALE: "10", TASK_ENTITY_IDLE_TIME: "10 minutes", SWEEP_GRACE: "2 minutes" }),
+    layerWith({ POLL_INTERVAL_SCALE: "40", TASK_ENTITY_IDLE_TIME: "10 minutes", SWEEP_GRACE: "2 minutes" }),
     { timeout: scaled(120_000), excludeTestServices: true }
   )((it) => {
     it.effect("a webhook wakes an idle task: ready before its next poll, which never happens", () =>
