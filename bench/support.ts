@@ -97,9 +97,16 @@ export const healthLine = (summaries: ReadonlyArray<ReturnType<RunnerHealth["sto
  */
 export const startRunnerProcess = async (
   env: Record<string, string>,
-  options: { readonly nodeArgs?: ReadonlyArray<string>; readonly output?: "inherit" | "ignore" } = {}
+  options: {
+    readonly nodeArgs?: ReadonlyArray<string>
+    readonly output?: "inherit" | "ignore"
+    /** Fixed ports (a restarted runner keeps its address); free ones otherwise. */
+    readonly ports?: { readonly http: number; readonly runner: number }
+  } = {}
 ) => {
-  const [httpPort, runnerPort] = [await freePort(), await freePort()]
+  const [httpPort, runnerPort] = options.ports === undefined
+    ? [await freePort(), await freePort()]
+    : [options.ports.http, options.ports.runner]
   const output = options.output ?? "inherit"
   const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--import", "tsx", "src/runners/main.ts"], {
     env: {
