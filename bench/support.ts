@@ -121,7 +121,12 @@ export const startRunnerProcess = async (
     stdio: ["ignore", "pipe", "pipe"]
   })
   const health = watchHealth(child, httpPort, output)
-  for (let i = 0; i < 240; i++) {
+  // a loaded machine (a soak's own broker starting beside it) has taken two minutes to start a runner
+  const deadline = Date.now() + 240_000
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`runner exited while starting (${child.exitCode ?? child.signalCode})`)
+    }
     try {
       // bounded: a runner answers 503 Starting before its API is attached, but a lost answer must not hang the bench
       const answer = await fetch(`http://127.0.0.1:${httpPort}/openapi.json`, { signal: AbortSignal.timeout(2_000) })

@@ -20,11 +20,11 @@ const rocketmq = (command: "up" | "down") => {
 const backlog = async (stage: Stage) =>
   Number((await stage.db.query(`SELECT count(*) FROM outbox_events WHERE published_at IS NULL`)).rows[0].count)
 
-/** A project's SSE stream from its start: the cursors it received, in order. */
+/** A project's SSE stream, opened before its first event: the cursors it received, in order. */
 const follow = (url: string, token: string) => {
   const ids: Array<string> = []
   let buffer = ""
-  const req = http.get(`${url}?after=1-0`, {
+  const req = http.get(url, {
     headers: { accept: "text/event-stream", authorization: `Bearer ${token}` }
   }, (res) => {
     res.setEncoding("utf8")

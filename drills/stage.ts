@@ -10,7 +10,9 @@ import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
 import { freePort, sleep, startRunnerProcess, stopProcess } from "../bench/support.js"
+import { nginxConf } from "../src/cli/cluster/nginx.js"
 import { TokenSigner } from "../src/http/Auth.js"
+import { allRoles } from "../src/runners/Roles.js"
 import type { TenantId, UserId } from "../src/schema/ids.js"
 import { simulatorEnv } from "../src/simulator/embedded.js"
 
@@ -81,6 +83,11 @@ export interface StageOptions {
   readonly adminUrl?: string
   /** The URL the runners use for that database, when it differs (a DSN with two hosts). */
   readonly runnerDatabaseUrl?: (database: string) => string
+  /** Redis (REDIS_URL of the environment by default) and RocketMQ (ROCKETMQ_ENDPOINTS) of the stage's own. */
+  readonly redisUrl?: string
+  readonly rocketmqEndpoints?: string
+  /** One entry for callbacks, the API and streams in front of every runner: Debian's nginx, as npm run cluster. */
+  readonly nginx?: boolean
 }
 
 export const PROVIDERS = ["openai", "runway", "replicate"] as const
@@ -92,6 +99,32 @@ const BODIES: Record<Provider, Record<string, unknown>> = {
 }
 
 export type Stage = Awaited<ReturnType<typeof openStage>>
+
+/** nginx (src/cli/cluster/nginx.ts's configuration) on a free port in front of `runners`, every role on each. */
+const startNginx = async (name: string, runners: ReadonlyArray<Runner>) => {
+  const port = await freePort()
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `drill-${name}-nginx-`))
+  fs.chmodSync(dir, 0o777) // its workers (nobody, when started as root) write their buffers there
+  const members = runners.map((r, i) => ({ index: i + 1, httpPort: r.httpPort, runnerPort: r.runnerPort, roles: allRoles }))
+  const conf = path.join(dir, "nginx.conf")
+  fs.writeFileSync(conf, nginxConf({ listenHost: "127.0.0.1", listenPort: port, members, dir }))
+  const child = spawn("/usr/sbin/nginx", ["-p", dir, "-c", conf, "-e", "stderr"], { stdio: ["ignore", "ignore", "inherit"] })
+  await waitFor("nginx listens", async () => {
+    try {
+      await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(1_000) })
+      return true
+    } catch {
+      return false
+    }
+  }, 30_000)
+  return {
+    url: `http://127.0.0.1:${port}`,
+    stop: () => {
+      child.kill("SIGQUIT")
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  }
+}
 
 export const openStage = async (o: StageOptions) => {
   const adminUrl = o.adminUrl ?? ADMIN_URL
@@ -117,8 +150,9 @@ export const openStage = async (o: StageOptions) => {
       child: undefined
     })
   }
-  // callbacks go to the first runner, which the drills keep alive (a load balancer's job in production)
-  const platform = runners[0]!.url
+  // callbacks go to the nginx entry, or else to the first runner, which the drills keep alive
+  const entry = o.nginx === true ? await startNginx(o.name, runners) : undefined
+  const platform = entry?.url ?? runners[0]!.url
   const simulator = spawn(process.execPath, ["--import", "tsx", "src/simulator/main.ts"], {
     env: { ...process.env, SIM_PORT: String(simPort), SIM_OPENAI_WEBHOOK_URL: `${platform}/webhooks/openai` },
     stdio: ["ignore", verbose ? "inherit" : "ignore", "inherit"]
@@ -129,9 +163,9 @@ export const openStage = async (o: StageOptions) => {
     DATABASE_URL: o.runnerDatabaseUrl?.(database) ?? dbUrl.toString(),
     AUTH_SECRET,
     READINESS_GRACE: "0 seconds",
-    ...(process.env.REDIS_URL === undefined ? {} : { REDIS_URL: process.env.REDIS_URL }),
+    ...((o.redisUrl ?? process.env.REDIS_URL) === undefined ? {} : { REDIS_URL: o.redisUrl ?? process.env.REDIS_URL! }),
     REDIS_KEY_PREFIX: `${database}:`,
-    ROCKETMQ_ENDPOINTS: o.rocketmq === true ? (process.env.ROCKETMQ_ENDPOINTS ?? "") : "",
+    ROCKETMQ_ENDPOINTS: o.rocketmqEndpoints ?? (o.rocketmq === true ? (process.env.ROCKETMQ_ENDPOINTS ?? "") : ""),
     OBJECT_STORE_DIR: objects,
     ...simulatorEnv(platform, sim, [...PROVIDERS]),
     RUNWAY_LOOKUP: "true",
@@ -171,7 +205,7 @@ export const openStage = async (o: StageOptions) => {
    * Creates a task through the public API on `via`, as a careful client does: a 503 (or no answer) is retried with the
    * same Idempotency-Key, up to 10 times. Its id once the 201 is in (an acknowledged task).
    */
-  const createTask = async (provider: Provider, via: Runner = runners[0]!) => {
+  const createTask = async (provider: Provider, via: { readonly url: string } = { url: platform }) => {
     const key = crypto.randomUUID()
     let last = ""
     for (let attempt = 0; attempt < 10; attempt++) {
@@ -237,6 +271,7 @@ export const openStage = async (o: StageOptions) => {
 
   const close = async () => {
     await Promise.all(runners.map((r) => stop(r, "SIGTERM")))
+    entry?.stop()
     await stopProcess(simulator, "SIGTERM")
     await db.end().catch(() => undefined)
     await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`).catch(() => undefined)
@@ -246,6 +281,7 @@ export const openStage = async (o: StageOptions) => {
 
   return {
     database,
+    platform,
     db,
     sim,
     runners,

@@ -3,15 +3,21 @@
 # broker (gRPC 8081). Jars come from Maven Central into a cache; the store lives on /dev/shm (tmpfs) because the broker
 # refuses writes above 90 % disk use of the store's partition, and survives `down`/`up` (an outage keeps messages).
 #   scripts/rocketmq.sh up | down | status | topic NAME [GROUP...] (a FIFO topic, orderly groups) | drop NAME [GROUP...]
+# A second instance (the soak's) takes a ROCKETMQ_DATA and ROCKETMQ_STORE of its own and other ports:
+# ROCKETMQ_NAMESRV_PORT (9876), ROCKETMQ_PROXY_PORT (gRPC, 8081), ROCKETMQ_REMOTING_PORT (8080), ROCKETMQ_BROKER_PORT
+# (10911; the broker also takes the port 2 below it and the one above it).
 set -euo pipefail
 
 VERSION=5.3.3
 DIR=${ROCKETMQ_DIR:-$HOME/.cache/task-control-plane/rocketmq-$VERSION}
 LIB=$DIR/lib
-DATA=$DIR/data
+DATA=${ROCKETMQ_DATA:-$DIR/data}
 STORE=${ROCKETMQ_STORE:-/dev/shm/task-control-plane-rocketmq-$VERSION}
-NAMESRV=127.0.0.1:9876
-BROKER=127.0.0.1:10911
+NAMESRV_PORT=${ROCKETMQ_NAMESRV_PORT:-9876}
+PROXY_PORT=${ROCKETMQ_PROXY_PORT:-8081}
+REMOTING_PORT=${ROCKETMQ_REMOTING_PORT:-8080}
+NAMESRV=127.0.0.1:$NAMESRV_PORT
+BROKER=127.0.0.1:${ROCKETMQ_BROKER_PORT:-10911}
 TOPIC=${ROCKETMQ_TOPIC:-task-events}
 GROUPS_=${ROCKETMQ_GROUPS:-notification-dispatcher}
 # JDK 17 closes the JDK internals that RocketMQ's mmap'd store and netty reach into.
@@ -49,7 +55,7 @@ fetch() {
 
 configure() {
   mkdir -p "$DATA/conf" "$DATA/logs" "$STORE"
-  echo "bindAddress=127.0.0.1" >"$DATA/conf/namesrv.conf"
+  printf 'bindAddress=127.0.0.1\nlistenPort=%s\n' "$NAMESRV_PORT" >"$DATA/conf/namesrv.conf"
   cat >"$DATA/conf/broker.conf" <<EOF
 brokerClusterName=DefaultCluster
 brokerName=broker-a
@@ -71,7 +77,7 @@ EOF
   # grpcShutdownTimeSeconds: on TERM the gRPC server waits this long for open client streams (default 30 s).
   cat >"$DATA/conf/rmq-proxy.json" <<EOF
 {"rocketMQClusterName":"DefaultCluster","namesrvAddr":"$NAMESRV","proxyMode":"Local","localServeAddr":"127.0.0.1",
- "grpcServerPort":8081,"remotingListenPort":8080,"minInvisibleTimeMillsForRecv":1000,"grpcShutdownTimeSeconds":3}
+ "grpcServerPort":$PROXY_PORT,"remotingListenPort":$REMOTING_PORT,"minInvisibleTimeMillsForRecv":1000,"grpcShutdownTimeSeconds":3}
 EOF
 }
 
@@ -203,15 +209,15 @@ up() {
   fetch
   configure
   if ! running namesrv NamesrvStartup >/dev/null; then
-    ports_free 9876
+    ports_free "$NAMESRV_PORT"
     java_run namesrv 128m org.apache.rocketmq.namesrv.NamesrvStartup -c "$DATA/conf/namesrv.conf"
-    wait_until 60 "NameServer" listening namesrv NamesrvStartup 9876
+    wait_until 60 "NameServer" listening namesrv NamesrvStartup "$NAMESRV_PORT"
   fi
   if ! running proxy ProxyStartup >/dev/null; then
-    ports_free 8081 8080 "${BROKER#*:}"
+    ports_free "$PROXY_PORT" "$REMOTING_PORT" "${BROKER#*:}"
     java_run proxy 384m org.apache.rocketmq.proxy.ProxyStartup -pm Local -pc "$DATA/conf/rmq-proxy.json" \
       -bc "$DATA/conf/broker.conf" -n "$NAMESRV"
-    wait_until 120 "Proxy gRPC port 8081" listening proxy ProxyStartup 8081
+    wait_until 120 "Proxy gRPC port $PROXY_PORT" listening proxy ProxyStartup "$PROXY_PORT"
     log "proxy listening after ${SECONDS}s"
   fi
   # register: a full registration with the name server now; the broker's own may come 10 s after its start, and
@@ -219,7 +225,7 @@ up() {
   # shellcheck disable=SC2086
   topics register "$TOPIC" $GROUPS_
   wait_until 60 "broker registration" registered
-  log "up in ${SECONDS}s: namesrv $NAMESRV, proxy gRPC 127.0.0.1:8081, store $STORE, logs $DATA/logs"
+  log "up in ${SECONDS}s: namesrv $NAMESRV, proxy gRPC 127.0.0.1:$PROXY_PORT, store $STORE, logs $DATA/logs"
 }
 
 stop() { # name class
@@ -241,7 +247,7 @@ status() {
   local ns px
   ns=$(running namesrv NamesrvStartup) || ns=""
   px=$(running proxy ProxyStartup) || px=""
-  if [ -n "$ns" ] && [ -n "$px" ] && port_open 8081; then
+  if [ -n "$ns" ] && [ -n "$px" ] && port_open "$PROXY_PORT"; then
     echo "running (namesrv pid $ns, proxy pid $px)"
   else
     echo "stopped (namesrv pid ${ns:-none}, proxy pid ${px:-none})"

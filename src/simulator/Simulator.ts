@@ -8,6 +8,7 @@ import {
 } from "@effect/platform"
 import { Clock, Duration, Effect, Either, FiberMap, Ref, Schema } from "effect"
 import { generateKeyPairSync } from "node:crypto"
+import { sha256hex } from "../providers/ProviderAdapter.js"
 import { sampleMp4 } from "./sampleMp4.js"
 import type { Signers, SimApi, SimulatedProvider } from "./SimulatedProvider.js"
 import { simulatedProviders } from "./simulatedProviders.js"
@@ -69,6 +70,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
       replicateSecret: options.replicateSecret,
       falKey: fal.privateKey
     }
+    /** Deliveries the platform answered 2xx: "<provider> <sha256 of the body>" (its inbox must hold each). */
+    const acked = new Set<string>()
     const timelines = yield* FiberMap.make<string>()
     let seq = 0
 
@@ -102,7 +105,10 @@ export const makeSimulator = (options: SimulatorOptions) =>
               yield* Effect.forkDaemon(deliver(d, false))
             }
             stats.webhooksSent++
-            if (yield* deliverOnce(d.url, d.body, d.headers)) return
+            if (yield* deliverOnce(d.url, d.body, d.headers)) {
+              acked.add(`${/\/webhooks\/([^/?]+)/.exec(d.url)?.[1] ?? "?"} ${sha256hex(d.body)}`)
+              return
+            }
           }
           yield* Effect.sleep(Duration.millis(f.webhookRetryDelayMs))
         }
@@ -301,6 +307,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
         "/_sim/counts",
         Effect.sync(() => json({ submissions: Object.fromEntries(submissions), ...stats }))
       ),
+      HttpRouter.get("/_sim/acked", Effect.sync(() => json([...acked]))),
       HttpRouter.get(
         "/_sim/jobs",
         Effect.map(Clock.currentTimeMillis, (now) =>

@@ -9,7 +9,8 @@ import { SimulatorSettings } from "./SimulatorSettings.js"
  * npm run simulator: the provider simulator as its own server. Point the platform's <PROVIDER>_BASE_URL at
  * http://127.0.0.1:<SIM_PORT>/<provider>, FAL_JWKS_URL at .../fal/.well-known/jwks.json, give both sides
  * the same webhook secrets, and let the outputs it serves in (<PROVIDER>_OUTPUT_HOSTS and OUTPUT_PRIVATE_HOSTS
- * = 127.0.0.1:<SIM_PORT>). Faults: POST /_sim/faults; submissions per idempotency key: GET /_sim/counts.
+ * = 127.0.0.1:<SIM_PORT>). Faults: POST /_sim/faults; submissions per idempotency key: GET /_sim/counts; webhooks
+ * the platform answered 2xx: GET /_sim/acked.
  */
 const program = Effect.gen(function*() {
   const { openaiSecret, openaiWebhookUrl, port, replicateSecret } = yield* SimulatorSettings.config

@@ -1,0 +1,294 @@
+/**
+ * npm run soak -- [--minutes 10]: the whole system under combined faults, on service instances of its own (a
+ * PostgreSQL cluster, a Redis and a RocketMQ on their own ports and folders), two runner processes behind nginx, and
+ * the simulator injecting duplicates 30%, dropped webhooks 20%, reordering, 429/5xx on 10% of polls, lost submit
+ * responses 2% and provider failures 5%. Browser-like SSE clients drop their connection at random and resume with
+ * Last-Event-ID. Meanwhile a runner is SIGKILLed every 20 s and restarted, and Redis, RocketMQ and PostgreSQL are each
+ * restarted once. Then it waits for every task to end and checks: every task terminal and equal to the provider's
+ * truth, no job submitted twice, the ledger balanced per task, no event missing or repeated at any client, every
+ * callback the platform acknowledged in its inbox. Prints a summary, writes drills/soak.svg, exits 1 on a violation.
+ *   SOAK_RATE (tasks/s, 1)  SOAK_CLIENTS (4)  SOAK_KILL_EVERY_S (20)  DRILL_VERBOSE=1
+ */
+import * as fs from "node:fs"
+import * as http from "node:http"
+import { parseArgs } from "node:util"
+import { percentile, sleep } from "../bench/support.js"
+import { checkInvariants, describeInvariants, violations } from "./invariants.js"
+import { ownPostgres, ownRedis, ownRocketMQ } from "./services.js"
+import { soakChart } from "./soakChart.js"
+import { log, openStage, PROVIDERS, request, type Stage, waitFor } from "./stage.js"
+
+const { values } = parseArgs({ options: { minutes: { type: "string", default: "10" } } })
+const MINUTES = Number(values.minutes)
+if (!(MINUTES > 0)) {
+  console.error(`--minutes must be a positive number (got ${values.minutes})`)
+  process.exit(2)
+}
+const RATE = Number(process.env.SOAK_RATE ?? 1)
+const CLIENTS = Number(process.env.SOAK_CLIENTS ?? 4)
+const KILL_EVERY_MS = Number(process.env.SOAK_KILL_EVERY_S ?? 20) * 1000
+const DURATION_MS = MINUTES * 60_000
+
+/** What happened when: kills, restarts (for the chart and the summary). */
+const marks: Array<{ at: number; what: string }> = []
+let t0 = performance.now()
+let startEpoch = Date.now()
+const mark = (what: string) => {
+  marks.push({ at: performance.now() - t0, what })
+  log(what)
+}
+
+interface Client {
+  readonly received: Array<{ cursor: string; at: number }>
+  first: string | undefined
+  reconnects: number
+  resets: number
+  stop: () => void
+}
+
+/** A browser-like SSE client: follows the project's stream, drops its connection at random, resumes by Last-Event-ID. */
+const sseClient = (stage: Stage): Client => {
+  const client: Client = { received: [], first: undefined, reconnects: 0, resets: 0, stop: () => undefined }
+  let stopped = false
+  let last: string | undefined
+  let current: http.ClientRequest | undefined
+  const connect = () => {
+    if (stopped) return
+    const headers: Record<string, string> = { accept: "text/event-stream", authorization: `Bearer ${stage.token}` }
+    if (last !== undefined) headers["last-event-id"] = last
+    // the first connection comes before any task: the stream's start
+    const url = `${stage.platform}/v1/projects/${stage.project}/events`
+    let buffer = ""
+    const req = http.get(url, { headers }, (res) => {
+      res.setEncoding("utf8")
+      res.on("data", (chunk: string) => {
+        buffer += chunk
+        let end: number
+        while ((end = buffer.indexOf("\n\n")) !== -1) {
+          const block = buffer.slice(0, end)
+          buffer = buffer.slice(end + 2)
+          const id = /^id: (.*)$/m.exec(block)?.[1]
+          if (/^event: reset$/m.test(block)) {
+            // the cursor cannot be served: a real client takes a new snapshot and goes on from the cursor given
+            client.resets++
+            last = id
+          }
+          if (id !== undefined && /^event: task\.status$/m.test(block)) {
+            client.first ??= id
+            last = id
+            client.received.push({ cursor: id, at: Date.now() })
+          }
+        }
+      })
+      res.on("end", () => again())
+      res.on("error", () => again())
+    })
+    req.on("error", () => again())
+    current = req
+  }
+  let pending = false
+  const again = () => {
+    if (stopped || pending) return
+    pending = true
+    setTimeout(() => {
+      pending = false
+      client.reconnects++
+      connect()
+    }, 200 + Math.random() * 800)
+  }
+  // the random drop: a browser tab that loses its network
+  const dropper = setInterval(() => {
+    if (Math.random() < 0.3) current?.destroy()
+  }, 5_000)
+  client.stop = () => {
+    stopped = true
+    clearInterval(dropper)
+    current?.destroy()
+  }
+  connect()
+  return client
+}
+
+const main = async () => {
+  log(`soak: ${MINUTES} min, ${RATE} tasks/s, ${CLIENTS} SSE clients, a runner killed every ${KILL_EVERY_MS / 1000} s`)
+  const [pgInstance, redis] = await Promise.all([ownPostgres("soak"), ownRedis()])
+  const mq = await ownRocketMQ("soak")
+  log(`own services: PostgreSQL :${pgInstance.port}, Redis :${redis.port}, RocketMQ ${mq.endpoints}`)
+  let stage: Stage | undefined
+  const problems: Array<string> = []
+  try {
+    stage = await openStage({
+      name: "soak",
+      adminUrl: pgInstance.adminUrl,
+      redisUrl: redis.url,
+      rocketmqEndpoints: mq.endpoints,
+      nginx: true,
+      env: { DB_CONNECT_TIMEOUT: "5 seconds" }
+    })
+    const s = stage
+    await s.faults({
+      jobDurationMs: 15_000,
+      queuedShare: 0.2,
+      duplicateWebhooks: 0.3,
+      dropWebhooks: 0.2,
+      reorderWindowMs: 2_000,
+      rate429: 0.05,
+      rate5xx: 0.05,
+      submitAcceptThenTimeout: 0.02,
+      outcomes: { succeeded: 0.95, failed: 0.05, canceled: 0 },
+      progressEveryMs: 3_000
+    })
+    t0 = performance.now()
+    startEpoch = Date.now()
+    mark("faults begin")
+    const clients = Array.from({ length: CLIENTS }, () => sseClient(s))
+    const ids: Array<string> = []
+    const created: Array<number> = []
+    let generating = true
+    let refused = 0
+    const generator = (async () => {
+      let i = 0
+      const started = performance.now()
+      while (generating) {
+        const due = started + (i * 1000) / RATE
+        if (performance.now() < due) await sleep(due - performance.now())
+        const provider = PROVIDERS[i++ % PROVIDERS.length]!
+        void s.createTask(provider).then((id) => {
+          ids.push(id)
+          created.push(performance.now() - t0)
+        }, () => refused++)
+      }
+    })()
+
+    // the faults
+    let killed = 0
+    const faults = (async () => {
+      const schedule = [
+        { at: DURATION_MS * 0.3, what: "redis" },
+        { at: DURATION_MS * 0.5, what: "rocketmq" },
+        { at: DURATION_MS * 0.7, what: "postgres" }
+      ]
+      let nextKill = KILL_EVERY_MS
+      while (performance.now() - t0 < DURATION_MS) {
+        const now = performance.now() - t0
+        const service = schedule[0]
+        if (service !== undefined && now >= service.at) {
+          schedule.shift()
+          mark(`restart ${service.what}`)
+          if (service.what === "redis") {
+            await redis.stop()
+            await sleep(2_000)
+            await redis.start()
+          } else if (service.what === "rocketmq") {
+            await mq.stop()
+            await mq.start()
+          } else {
+            pgInstance.stop("fast")
+            await pgInstance.start()
+          }
+          mark(`${service.what} back`)
+        } else if (now >= nextKill) {
+          nextKill += KILL_EVERY_MS
+          const victim = s.runners[killed++ % s.runners.length]!
+          mark(`SIGKILL runner ${victim.name}`)
+          await s.stop(victim, "SIGKILL")
+          await s.start(victim)
+          mark(`runner ${victim.name} back`)
+        } else {
+          await sleep(250)
+        }
+      }
+    })()
+    await faults
+    generating = false
+    await generator
+    const lastFault = performance.now()
+    mark(`faults over: ${ids.length} tasks admitted (${refused} refused after retries); waiting for every task to end`)
+    await s.faults({ dropWebhooks: 0, rate429: 0, rate5xx: 0 })
+    const converged = await waitFor(
+      "every task terminal",
+      async () => (await s.terminalCount(ids)) === ids.length,
+      600_000
+    ).catch(async (e) => {
+      problems.push(String(e))
+      return performance.now() - lastFault
+    })
+    mark(`converged ${(converged / 1000).toFixed(0)} s after the last fault`)
+
+    // every stored event reached every client once
+    const stored = (await s.db.query(
+      `SELECT cursor_seq::int AS seq, stream_epoch::int AS epoch, extract(epoch FROM created_at) * 1000 AS at
+       FROM task_events WHERE project_id = $1 ORDER BY cursor_seq`,
+      [s.project]
+    )).rows as Array<{ seq: number; epoch: number; at: number }>
+    const lastStored = stored.at(-1)
+    await waitFor("every client has the last event", () =>
+      clients.every((c) => c.received.some((r) => r.cursor === `${lastStored?.epoch}-${lastStored?.seq}`)), 120_000)
+      .catch(() => undefined)
+    clients.forEach((c) => c.stop())
+    const committedAt = new Map(stored.map((e) => [`${e.epoch}-${e.seq}`, Number(e.at)]))
+    let gaps = 0
+    let repeats = 0
+    const latencies: Array<{ at: number; ms: number }> = []
+    for (const c of clients) {
+      const got = new Set(c.received.map((r) => r.cursor))
+      repeats += c.received.length - got.size
+      gaps += stored.filter((e) => !got.has(`${e.epoch}-${e.seq}`)).length
+      for (const r of c.received) {
+        const at = committedAt.get(r.cursor)
+        if (at !== undefined) latencies.push({ at: at - startEpoch, ms: r.at - at })
+      }
+    }
+    const acked = (await request(`${s.sim}/_sim/acked`)).body as Array<string>
+    const inbox = new Set(
+      (await s.db.query(`SELECT provider || ' ' || encode(payload_hash, 'hex') AS k FROM provider_callback_inbox`)).rows.map((r) => r.k)
+    )
+    const lostCallbacks = acked.filter((k) => !inbox.has(k)).length
+    const inv = await checkInvariants(s.db, s.sim, ids)
+    const counts = (await request(`${s.sim}/_sim/counts`)).body as Record<string, number>
+
+    if (violations(inv) > 0) problems.push(describeInvariants(inv))
+    if (gaps > 0) problems.push(`${gaps} events missing at clients`)
+    if (repeats > 0) problems.push(`${repeats} events repeated at clients`)
+    if (lostCallbacks > 0) problems.push(`${lostCallbacks} acknowledged callbacks not in the inbox`)
+    if (ids.length === 0) problems.push("no task was admitted")
+
+    const during = latencies.filter((l) => l.at <= DURATION_MS).map((l) => l.ms)
+    const rows = [
+      ["duration", `${MINUTES} min of faults + ${(converged / 1000).toFixed(0)} s to converge`],
+      ["tasks", `${ids.length} admitted (${refused} refused after 10 retries), ${inv.tasks - inv.stuck} terminal`],
+      ["kills", `${killed} SIGKILLs of a runner (every ${KILL_EVERY_MS / 1000} s), each restarted`],
+      ["restarts", marks.filter((m) => m.what.startsWith("restart ")).map((m) => m.what.slice(8)).join(", ")],
+      ["simulator", `${counts.webhooksSent} webhooks sent, ${counts.webhooksDropped} dropped, ${counts.webhooksDuplicated} duplicated, ${counts.throttled} polls throttled`],
+      ["convergence after the last fault", `${(converged / 1000).toFixed(1)} s`],
+      ["commit → client p50 / p99 during faults", `${percentile(during, 50).toFixed(0)} / ${percentile(during, 99).toFixed(0)} ms (${during.length} deliveries)`],
+      ["stuck tasks", String(inv.stuck)],
+      ["tasks not equal to the provider's truth", String(inv.wrong)],
+      ["duplicate submissions (simulator)", String(inv.duplicateSubmissions)],
+      ["ledger differences (duplicate charges)", String(inv.ledgerDiffs)],
+      ["event gaps in PostgreSQL", String(inv.eventGaps)],
+      ["client gaps / repeats", `${gaps} / ${repeats} over ${clients.length} clients (${clients.reduce((n, c) => n + c.reconnects, 0)} reconnects, ${clients.reduce((n, c) => n + c.resets, 0)} resets)`],
+      ["acknowledged callbacks lost", `${lostCallbacks} of ${acked.length}`]
+    ]
+    console.log(`\n| soak | |\n|---|---|\n${rows.map(([k, v]) => `| ${k} | ${v} |`).join("\n")}`)
+    fs.writeFileSync("drills/soak.svg", soakChart({ durationMs: DURATION_MS + converged, created, latencies, marks }))
+    console.log("chart: drills/soak.svg")
+  } finally {
+    await stage?.close().catch(() => undefined)
+    await mq.remove()
+    await redis.stop()
+    pgInstance.remove()
+  }
+  if (problems.length > 0) {
+    console.error(`\nsoak FAILED:\n- ${problems.join("\n- ")}`)
+    return 1
+  }
+  console.log("\nsoak passed: every invariant at 0")
+  return 0
+}
+
+main().then((code) => process.exit(code), (e) => {
+  console.error(e)
+  process.exit(1)
+})
+
