@@ -2,7 +2,6 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Either, Layer, Metric, Schedule } from "effect"
 import { backoffMillis } from "../domain/backoff.js"
 import { TaskClient } from "../entities/TaskClient.js"
-import { unknownSubmitsResolved } from "../observability/metrics.js"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { isStorableText, storableText } from "../persistence/storableText.js"
 import { runWakeLoop } from "../persistence/WakeLoop.js"
@@ -33,13 +32,6 @@ interface InboxRow {
   readonly trace_id: string | null
 }
 
-interface AttemptRow {
-  readonly attempt_id: string
-  readonly task_id: string
-  readonly provider_task_id: string | null
-  readonly submit_state: string
-}
-
 /** Outcomes claimed by unsigned callbacks (Luma's), each confirmed by a provider query before it counts. */
 const unsignedClaims = Metric.counter("unsigned_callback_claims_total", {
   description: "terminal states claimed by unsigned callbacks, sent to a provider query instead of applied"
@@ -68,27 +60,6 @@ const unstorableField = (r: ProviderReport): string | undefined => {
   ]
   return texts.find(([, text]) => text !== null && !isStorableText(text))?.[0]
 }
-
-/** An attempt whose submit response never came (lost, or not yet back): no provider task id, submitting or unknown. */
-const isUnknownSubmit = (a: AttemptRow) =>
-  a.provider_task_id === null && (a.submit_state === "SUBMITTING" || a.submit_state === "SUBMIT_UNKNOWN")
-
-/**
- * The provider's own webhook (its URL names the attempt, by a signed token) bound the job to an attempt whose submit
- * outcome was unknown: the task goes on from the provider's facts, with no lookup, no second job, no manual review.
- */
-const resolvedByWebhook = (provider: string, attempt: AttemptRow, providerTaskId: string) =>
-  Effect.logInfo("unknown submit resolved by the provider's webhook").pipe(
-    Effect.annotateLogs({
-      task_id: attempt.task_id,
-      attempt_id: attempt.attempt_id,
-      submit_state: attempt.submit_state,
-      provider_task_id: providerTaskId
-    }),
-    Effect.zipRight(
-      Metric.increment(Metric.tagged(Metric.tagged(unknownSubmitsResolved, "provider", provider), "via", "webhook"))
-    )
-  )
 
 /** How soon a fenced row is tried again: the fence is re-read every second, so a few seconds is enough. */
 const FENCED_RETRY_SECONDS = 2
@@ -153,11 +124,11 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
    */
   const findAttempt = (row: InboxRow, report: ProviderReport) =>
     row.attempt_id !== null
-      ? sql<AttemptRow>`
-          SELECT id AS attempt_id, task_id, provider_task_id, submit_state FROM task_attempts
+      ? sql<{ attempt_id: string; task_id: string; provider_task_id: string | null }>`
+          SELECT id AS attempt_id, task_id, provider_task_id FROM task_attempts
           WHERE id = ${row.attempt_id} AND provider = ${row.provider}`
-      : sql<AttemptRow>`
-          SELECT id AS attempt_id, task_id, provider_task_id, submit_state FROM task_attempts
+      : sql<{ attempt_id: string; task_id: string; provider_task_id: string | null }>`
+          SELECT id AS attempt_id, task_id, provider_task_id FROM task_attempts
           WHERE provider = ${row.provider}
             AND (provider_task_id = ${report.providerTaskId} OR client_request_id = ${report.clientRequestId})
           ORDER BY (provider_task_id = ${report.providerTaskId}) DESC NULLS LAST
@@ -241,12 +212,7 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
           Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => ({ _tag: "Timeout" as const }) }),
           Effect.either
         )
-      if (Either.isRight(sent)) {
-        if (isUnknownSubmit(attempt) && sent.right.outcome === "changed" && r.providerTaskId !== null) {
-          yield* resolvedByWebhook(row.provider, attempt, r.providerTaskId)
-        }
-        return yield* markProcessed(row.id)
-      }
+      if (Either.isRight(sent)) return yield* markProcessed(row.id)
       if (sent.left._tag === "TaskNotFound") return yield* markDead(row.id, "task_not_found", attempt.task_id)
       if (sent.left._tag === "WriteFenced") {
         yield* Metric.increment(fencedCallbacks)
