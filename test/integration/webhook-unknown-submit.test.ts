@@ -123,103 +123,112 @@ const DAY = 24 * 3600
 
 describe.skipIf(noDatabase)("an unknown submit resolved by the provider's own webhook (lookup off)", () => {
   layer(TestLayer, { timeout: scaled(180_000), excludeTestServices: true })((it) => {
-    it.effect("each task reaches its job's outcome, one job each, no manual review; bad URL tokens change nothing", () =>
-      Effect.gen(function*() {
-        const simulator = yield* Sim
-        const before = yield* Effect.forEach(PROVIDERS, resolvedByWebhook)
-        // every job is created and its submit response never arrives; no webhook reaches the runner yet
-        proxy.pause()
-        yield* simulator.setFaults({
-          jobDurationMs: 4000,
-          dropWebhooks: 0,
-          duplicateWebhooks: 0,
-          webhookRetryDelayMs: 3000,
-          submitAcceptThenTimeout: 1
-        })
-        /** Starts one task per provider whose jobs end with `outcome`, and waits until the simulator holds them. */
-        const round = (outcome: "succeeded" | "failed") =>
-          Effect.gen(function*() {
-            yield* simulator.setFaults({ outcomes: { succeeded: 0, failed: 0, canceled: 0, [outcome]: 1 } })
-            const tasks = yield* Effect.forEach(PROVIDERS, (p) => startTask(p), { concurrency: 3 })
-            yield* eventually(
-              attemptsOf(tasks.map((t) => t.taskId)),
-              (rows) =>
-                rows.length === tasks.length && rows.every((r) => simulator.submissions(r.client_request_id) > 0),
-              Duration.seconds(30)
-            )
-            return tasks.map((t) => ({ ...t, outcome }))
+    it.effect(
+      "each task reaches its job's outcome, one job each, no manual review; bad URL tokens change nothing",
+      () =>
+        Effect.gen(function*() {
+          const simulator = yield* Sim
+          const before = yield* Effect.forEach(PROVIDERS, resolvedByWebhook)
+          // every job is created and its submit response never arrives; no webhook reaches the runner yet
+          proxy.pause()
+          yield* simulator.setFaults({
+            jobDurationMs: 4000,
+            dropWebhooks: 0,
+            duplicateWebhooks: 0,
+            webhookRetryDelayMs: 3000,
+            submitAcceptThenTimeout: 1
           })
-        const tasks = [...yield* round("succeeded"), ...yield* round("failed")]
-        const ids = tasks.map((t) => t.taskId)
-        yield* waitForStatus(ids, ["submit_unknown"], Duration.seconds(30))
+          /** Starts one task per provider whose jobs end with `outcome`, and waits until the simulator holds them. */
+          const round = (outcome: "succeeded" | "failed") =>
+            Effect.gen(function*() {
+              yield* simulator.setFaults({ outcomes: { succeeded: 0, failed: 0, canceled: 0, [outcome]: 1 } })
+              const tasks = yield* Effect.forEach(PROVIDERS, (p) => startTask(p), { concurrency: 3 })
+              yield* eventually(
+                attemptsOf(tasks.map((t) => t.taskId)),
+                (rows) =>
+                  rows.length === tasks.length && rows.every((r) => simulator.submissions(r.client_request_id) > 0),
+                Duration.seconds(30)
+              )
+              return tasks.map((t) => ({ ...t, outcome }))
+            })
+          const tasks = [...yield* round("succeeded"), ...yield* round("failed")]
+          const ids = tasks.map((t) => t.taskId)
+          yield* waitForStatus(ids, ["submit_unknown"], Duration.seconds(30))
 
-        // a genuine provider signature on a URL whose token is forged (401) or past CALLBACK_TOKEN_TTL (410)
-        const replicate = tasks.find((t) => t.provider === "replicate")!
-        const fal = tasks.find((t) => t.provider === "fal")!
-        const prediction = JSON.stringify({ id: `replicate-${uuid()}`, status: "succeeded", output: `${sim}/x.mp4` })
-        const falBody = JSON.stringify({ request_id: uuid(), status: "OK", payload: { video: { url: `${sim}/x` } } })
-        const signReplicate = openAISigner(devSecret("replicate"))
-        const query = (attemptId: string, secret: string, issuedAgo: number) =>
-          callbackQuery(
-            secret,
-            attemptId === fal.attemptId ? "fal" : "replicate",
-            attemptId,
-            new Date(Date.now() - issuedAgo * 1000)
-          )
-        const falRequestId = (JSON.parse(falBody) as { request_id: string }).request_id
-        const send = (attemptId: string, q: string) =>
-          (attemptId === replicate.attemptId
-            ? post(`${runner}/webhooks/replicate?${q}`, prediction, signReplicate(prediction))
-            : post(
-              `${runner}/webhooks/fal?${q}`,
-              falBody,
-              falHeaders(testFal.privateKey, falRequestId, falBody, "sim-user")
-            )).pipe(Effect.provide(FetchHttpClient.layer))
-        for (const t of [replicate, fal]) {
-          expect((yield* send(t.attemptId, query(t.attemptId, "not-our-secret", 0))).status).toBe(401)
-          expect(
-            (yield* send(
+          // a genuine provider signature on a URL whose token is forged (401) or past CALLBACK_TOKEN_TTL (410)
+          const replicate = tasks.find((t) => t.provider === "replicate")!
+          const fal = tasks.find((t) => t.provider === "fal")!
+          const prediction = JSON.stringify({ id: `replicate-${uuid()}`, status: "succeeded", output: `${sim}/x.mp4` })
+          const falBody = JSON.stringify({ request_id: uuid(), status: "OK", payload: { video: { url: `${sim}/x` } } })
+          const signReplicate = openAISigner(devSecret("replicate"))
+          const query = (attemptId: string, secret: string, issuedAgo: number) =>
+            callbackQuery(
+              secret,
+              attemptId === fal.attemptId ? "fal" : "replicate",
+              attemptId,
+              new Date(Date.now() - issuedAgo * 1000)
+            )
+          const falRequestId = (JSON.parse(falBody) as { request_id: string }).request_id
+          const send = (attemptId: string, q: string) =>
+            (attemptId === replicate.attemptId
+              ? post(`${runner}/webhooks/replicate?${q}`, prediction, signReplicate(prediction))
+              : post(
+                `${runner}/webhooks/fal?${q}`,
+                falBody,
+                falHeaders(testFal.privateKey, falRequestId, falBody, "sim-user")
+              )).pipe(Effect.provide(FetchHttpClient.layer))
+          for (const t of [replicate, fal]) {
+            expect((yield* send(t.attemptId, query(t.attemptId, "not-our-secret", 0))).status).toBe(401)
+            expect(
+              (yield* send(
+                t.attemptId,
+                query(t.attemptId, devCallbackTokenSecret, 0).replace(/token=[^&]*/, "token=AAAA")
+              )).status
+            ).toBe(401)
+            // a token for another provider's URL does not open this one
+            const other = callbackQuery(
+              devCallbackTokenSecret,
+              t === fal ? "replicate" : "fal",
               t.attemptId,
-              query(t.attemptId, devCallbackTokenSecret, 0).replace(/token=[^&]*/, "token=AAAA")
-            )).status
-          ).toBe(401)
-          // a token for another provider's URL does not open this one
-          const other = callbackQuery(devCallbackTokenSecret, t === fal ? "replicate" : "fal", t.attemptId, new Date())
-          expect((yield* send(t.attemptId, other)).status).toBe(401)
-          expect((yield* send(t.attemptId, query(t.attemptId, devCallbackTokenSecret, DAY + 60))).status).toBe(410)
-          expect(yield* inboxRowsOf(t.attemptId)).toBe(0)
-        }
-        const held = yield* attemptsOf([replicate.taskId, fal.taskId])
-        expect(held.map((r) => [r.status, r.provider_task_id])).toEqual([["submit_unknown", null], [
-          "submit_unknown",
-          null
-        ]])
+              new Date()
+            )
+            expect((yield* send(t.attemptId, other)).status).toBe(401)
+            expect((yield* send(t.attemptId, query(t.attemptId, devCallbackTokenSecret, DAY + 60))).status).toBe(410)
+            expect(yield* inboxRowsOf(t.attemptId)).toBe(0)
+          }
+          const held = yield* attemptsOf([replicate.taskId, fal.taskId])
+          expect(held.map((r) => [r.status, r.provider_task_id])).toEqual([["submit_unknown", null], [
+            "submit_unknown",
+            null
+          ]])
 
-        // the providers' webhooks get through now: each names its attempt, and that resolves it
-        proxy.resume()
-        yield* waitForStatus(ids, ["ready", "failed"], Duration.seconds(90))
+          // the providers' webhooks get through now: each names its attempt, and that resolves it
+          proxy.resume()
+          yield* waitForStatus(ids, ["ready", "failed"], Duration.seconds(90))
 
-        const jobs = simulator.jobs()
-        const rows = yield* attemptsOf(ids)
-        for (const t of tasks) {
-          const row = rows.find((r) => r.task_id === t.taskId)!
-          const job = jobs.filter((j) => j.clientKey === row.client_request_id)
-          // exactly one job at the provider, bound to the task's only attempt
-          expect(simulator.submissions(row.client_request_id)).toBe(1)
-          expect(job.map((j) => j.id)).toEqual([row.provider_task_id])
-          expect(row.attempts).toBe(1)
-          // the job's real outcome, reached from submit_unknown without a human
-          expect([t.provider, row.status, row.error_code]).toEqual(
-            t.outcome === "succeeded" ? [t.provider, "ready", null] : [t.provider, "failed", "provider_failed"]
-          )
-          const history = yield* historyOf(t.taskId)
-          expect(history).toContain("submit_unknown")
-          expect(history).not.toContain("manual_review")
-          // the webhook that resolved it was mapped by the attempt its URL named
-          expect(yield* inboxRowsOf(t.attemptId)).toBeGreaterThan(0)
-        }
-        const after = yield* Effect.forEach(PROVIDERS, resolvedByWebhook)
-        expect(after.map((n, i) => n - before[i]!)).toEqual([2, 2, 2])
-      }))
+          const jobs = simulator.jobs()
+          const rows = yield* attemptsOf(ids)
+          for (const t of tasks) {
+            const row = rows.find((r) => r.task_id === t.taskId)!
+            const job = jobs.filter((j) => j.clientKey === row.client_request_id)
+            // exactly one job at the provider, bound to the task's only attempt
+            expect(simulator.submissions(row.client_request_id)).toBe(1)
+            expect(job.map((j) => j.id)).toEqual([row.provider_task_id])
+            expect(row.attempts).toBe(1)
+            // the job's real outcome, reached from submit_unknown without a human
+            expect([t.provider, row.status, row.error_code]).toEqual(
+              t.outcome === "succeeded" ? [t.provider, "ready", null] : [t.provider, "failed", "provider_failed"]
+            )
+            const history = yield* historyOf(t.taskId)
+            expect(history).toContain("submit_unknown")
+            expect(history).not.toContain("manual_review")
+            // the webhook that resolved it was mapped by the attempt its URL named
+            expect(yield* inboxRowsOf(t.attemptId)).toBeGreaterThan(0)
+          }
+          const after = yield* Effect.forEach(PROVIDERS, resolvedByWebhook)
+          expect(after.map((n, i) => n - before[i]!)).toEqual([2, 2, 2])
+        }),
+      scaled(180_000)
+    )
   })
 })
