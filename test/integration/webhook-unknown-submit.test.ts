@@ -17,13 +17,14 @@ import * as fs from "node:fs"
 import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
+import { TaskClient } from "../../src/entities/TaskClient.js"
 import { unknownSubmitsResolved } from "../../src/observability/metrics.js"
 import { devCallbackTokenSecret, devSecret } from "../../src/providers/devSecrets.js"
 import { callbackQuery } from "../../src/providers/signatures.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
-import { startTask, waitForStatus } from "../support/lifecycle.js"
+import { expectBalanced, ledgers, startTask, waitForStatus } from "../support/lifecycle.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import { layerRunnerHttp, layerSim, Sim } from "../support/simulator.js"
 import { uuid } from "../support/tasks.js"
@@ -229,6 +230,35 @@ describe.skipIf(noDatabase)("an unknown submit resolved by the provider's own we
           expect(after.map((n, i) => n - before[i]!)).toEqual([2, 2, 2])
         }),
       scaled(180_000)
+    )
+
+    it.effect(
+      "a cancel asked while the submit is unknown: the webhook binds the job, which is then canceled",
+      () =>
+        Effect.gen(function*() {
+          const simulator = yield* Sim
+          proxy.pause()
+          yield* simulator.setFaults({
+            jobDurationMs: 20_000,
+            outcomes: { succeeded: 1, failed: 0, canceled: 0 },
+            webhookRetryDelayMs: 3000,
+            submitAcceptThenTimeout: 1
+          })
+          const t = yield* startTask("replicate")
+          yield* waitForStatus([t.taskId], ["submit_unknown"], Duration.seconds(30))
+          const res = yield* (yield* TaskClient).send(t.taskId, (c) => c.Cancel({ traceId: "test" }))
+          expect(res.task.status).toBe("cancel_requested")
+          // Replicate's "start" webhook names the attempt: the job is known, and the cancel reaches it
+          proxy.resume()
+          yield* waitForStatus([t.taskId], ["canceled"], Duration.seconds(60))
+          const [row] = yield* attemptsOf([t.taskId])
+          const jobs = simulator.jobs().filter((j) => j.clientKey === row!.client_request_id)
+          expect(jobs.map((j) => [j.id, j.canceledAt !== null])).toEqual([[row!.provider_task_id, true]])
+          expect([row!.attempts, row!.error_code]).toEqual([1, null])
+          expect(yield* historyOf(t.taskId)).not.toContain("manual_review")
+          expectBalanced(yield* ledgers([t.taskId]), expect)
+        }),
+      scaled(120_000)
     )
   })
 })
