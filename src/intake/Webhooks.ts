@@ -76,8 +76,8 @@ const recordPersisted = (provider: string, outcome: "stored" | "duplicate", star
 /**
  * POST /webhooks/{provider}: verify the raw bytes, persist to the inbox, answer. Fast and dumb: no provider
  * work and no task work happens here. 204 only after the row (or its earlier duplicate) is committed;
- * 401 with no detail for any signature or URL-token problem; 400 for a body that is not the provider's format (or nested
- * deeper than WEBHOOK_MAX_DEPTH); 404 for an unknown provider; 410 for a callback URL whose token has expired;
+ * 401 with no detail for any signature or URL-token problem; 400 for a body that is not the provider's format (or
+ * nested deeper than WEBHOOK_MAX_DEPTH); 404 for an unknown provider; 410 for a callback URL whose token has expired;
  * 413 above the size limit; 415 for a non-JSON body; 503 when PostgreSQL is down or a signature cannot be checked.
  * Reading the body (its size and time limits) is the route's: src/http/WebhookRoute.ts.
  */
