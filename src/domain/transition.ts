@@ -227,7 +227,12 @@ export const transition = (
   const target = targetOf(task, o)
   if (task.status === "cancel_requested") {
     // seed 12.7.6: whichever terminal the provider confirms first wins; progress no longer matters
-    return isProviderTerminal(o.status) ? change(target) : Outcome.Ignored({ reason: "cancel_requested" })
+    if (isProviderTerminal(o.status)) return change(target)
+    // ... except that an unknown submit learns its job here (a webhook naming the attempt): bound, the job can be
+    // canceled, where before the cancel waited for a lookup that may not exist
+    return attempt.providerTaskId === null && o.providerTaskId !== null
+      ? change(current(task))
+      : Outcome.Ignored({ reason: "cancel_requested" })
   }
   if (isProviderTerminal(o.status)) return change(target)
 

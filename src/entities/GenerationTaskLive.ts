@@ -10,7 +10,7 @@ import type { ProviderObservation } from "../schema/observation.js"
 import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { newTraceId } from "../tracing/TraceId.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
-import { countObservation } from "./observationMetrics.js"
+import { countObservation, countUnknownSubmitBound } from "./observationMetrics.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { LifecycleSettings, TaskLifecycle } from "./TaskLifecycle.js"
 
@@ -92,8 +92,16 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
 
         const observe = (observation: ProviderObservation) =>
           Effect.gen(function*() {
-            const res = yield* apply((s, now) => transition(s.task, s.attempt, observation, now))
+            // whether the committed decision gave an attempt with no provider task id yet (an unknown submit) its job
+            let binds = false
+            const res = yield* apply((s, now) => {
+              const outcome = transition(s.task, s.attempt, observation, now)
+              binds = outcome._tag === "Changed" && s.attempt !== null && s.attempt.providerTaskId === null &&
+                outcome.change.attempt?.providerTaskId != null
+              return outcome
+            })
             yield* countObservation(observation, res)
+            if (binds && res.outcome === "changed") yield* countUnknownSubmitBound(observation)
             if (res.outcome === "conflict") {
               yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
               yield* Effect.logWarning("contradictory provider observation sent to reconciliation")

@@ -1,5 +1,5 @@
 import { Effect, Metric } from "effect"
-import { callbackReorders, taskObservations } from "../observability/metrics.js"
+import { callbackReorders, taskObservations, unknownSubmitsResolved } from "../observability/metrics.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import type { CommandResult } from "./GenerationTask.js"
 
@@ -25,3 +25,20 @@ export const countObservation = (observation: ProviderObservation, result: Comma
       yield* Metric.increment(Metric.tagged(callbackReorders, "provider", observation.provider))
     }
   })
+
+/**
+ * An observation gave its job to an attempt whose submit response never came (SUBMITTING or SUBMIT_UNKNOWN, no
+ * provider task id): the provider's webhook, its URL naming the attempt, resolved an unknown submit. The task goes
+ * on from the provider's facts, with no lookup, no second job and no manual review.
+ */
+export const countUnknownSubmitBound = (observation: ProviderObservation) =>
+  Effect.logInfo("unknown submit resolved by the provider's own callback").pipe(
+    Effect.annotateLogs({
+      attempt_id: observation.attemptId,
+      provider_task_id: observation.providerTaskId,
+      source: observation.source
+    }),
+    Effect.zipRight(Metric.increment(
+      Metric.tagged(Metric.tagged(unknownSubmitsResolved, "provider", observation.provider), "via", observation.source)
+    ))
+  )

@@ -1,6 +1,7 @@
 import { Clock, Duration, Effect, Either, Metric, Option } from "effect"
 import * as Steps from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
+import { unknownSubmitsResolved } from "../observability/metrics.js"
 import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import type { WriteFence } from "../persistence/WriteFence.js"
 import type { ProviderClients } from "../providers/ProviderClients.js"
@@ -111,7 +112,12 @@ export const makeSubmitter = (
       if (Either.isRight(found)) {
         if (Option.isSome(found.right)) {
           const providerTaskId = found.right.value
-          yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h)))
+          const bound = yield* h.apply((st, at) => Steps.submitAccepted(st, attempt.id, providerTaskId, at, meta(h)))
+          if (bound.outcome === "changed") {
+            yield* Metric.increment(
+              Metric.tagged(Metric.tagged(unknownSubmitsResolved, "provider", attempt.provider), "via", "lookup")
+            )
+          }
           yield* schedule.schedule(attempt.id, poller.firstPollMs())
           h.scheduleMemo = null
           return 0

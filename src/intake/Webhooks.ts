@@ -6,7 +6,7 @@ import {
   webhookPersistSeconds,
   webhookVerifyFailures
 } from "../observability/metrics.js"
-import { dedupKeyOf, sha256hex } from "../providers/ProviderAdapter.js"
+import { dedupKeyOf, sha256hex, signsBody } from "../providers/ProviderAdapter.js"
 import type { WebhookRequest } from "../providers/ProviderDefinition.js"
 import { ProviderRegistry, type WebhookEndpoint } from "../providers/ProviderRegistry.js"
 import { currentTraceId } from "../tracing/TraceId.js"
@@ -76,8 +76,8 @@ const recordPersisted = (provider: string, outcome: "stored" | "duplicate", star
 /**
  * POST /webhooks/{provider}: verify the raw bytes, persist to the inbox, answer. Fast and dumb: no provider
  * work and no task work happens here. 204 only after the row (or its earlier duplicate) is committed;
- * 401 with no detail for any signature problem; 400 for a body that is not the provider's format (or nested
- * deeper than WEBHOOK_MAX_DEPTH); 404 for an unknown provider; 410 for a callback URL whose token has expired;
+ * 401 with no detail for any signature or URL-token problem; 400 for a body that is not the provider's format (or
+ * nested deeper than WEBHOOK_MAX_DEPTH); 404 for an unknown provider; 410 for a callback URL whose token has expired;
  * 413 above the size limit; 415 for a non-JSON body; 503 when PostgreSQL is down or a signature cannot be checked.
  * Reading the body (its size and time limits) is the route's: src/http/WebhookRoute.ts.
  */
@@ -153,9 +153,11 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
         if (subject !== undefined && subject !== report.right.providerTaskId) {
           return yield* refused(provider, 401, "subject_mismatch")
         }
-        const attemptId = endpoint.protocol.scheme === "callback-token" ? request.query.get("attempt") : null
-        // a callback URL works while its attempt can still change its task: not once it ended or was replaced
-        if (attemptId !== null) {
+        // the attempt a verified URL token names (Luma's, Replicate's, fal's): the inbox maps the callback to it
+        const attemptId = verified.right.attemptId ?? null
+        // an unsigned callback URL works while its attempt can still change its task: not once it ended or was
+        // replaced. A signed one's late results are genuine (the provider signed them): stored, for reconciliation.
+        if (attemptId !== null && !signsBody(endpoint.protocol.scheme)) {
           const open = yield* Effect.either(inbox.callbackAttemptOpen(provider, attemptId))
           if (Either.isLeft(open)) return { status: 503, error: "unavailable" }
           if (!open.right) {

@@ -150,6 +150,12 @@ export const tasksManualReview = Metric.gauge("tasks_manual_review", { descripti
 export const tasksSubmitUnknown = Metric.gauge("tasks_submit_unknown", {
   description: "attempts whose submission outcome is unknown (SUBMIT_UNKNOWN)"
 })
+/** Unknown submits (SUBMITTING or SUBMIT_UNKNOWN, no provider task id) bound to their job, by what found it. */
+export const unknownSubmitsResolved = Metric.counter("unknown_submits_resolved_total", {
+  description:
+    "submits of unknown outcome bound to the provider's job, by provider and how: webhook (URL token) or lookup",
+  incremental: true
+})
 export const reconciliationsOpen = Metric.gauge("reconciliations_open", {
   description: "contradictory observations waiting for reconciliation"
 })

@@ -19,13 +19,11 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
     const settings = yield* ProviderSettings.config
     const { secrets } = yield* CallbackTokenSettings.config
     const current = secrets.find((s) => s.version === "current")
-    const callbackQueryOf = (provider: string) => (attemptId: string) =>
-      Effect.map(
+    // one mechanism for every provider whose callback URL is set per request: the attempt and its signed token
+    const callbackUrlOf = (provider: string, webhookUrl: string) => (attemptId: string) =>
+      current === undefined ? Effect.succeed(webhookUrl) : Effect.map(
         Clock.currentTimeMillis,
-        (now) =>
-          current === undefined
-            ? `attempt=${attemptId}&token=`
-            : callbackQuery(current.secret, provider, attemptId, new Date(now))
+        (now) => `${webhookUrl}?${callbackQuery(current.secret, provider, attemptId, new Date(now))}`
       )
 
     const clients = new Map(providers.map((d): [string, ProviderClient] => {
@@ -40,11 +38,8 @@ export class ProviderClients extends Effect.Service<ProviderClients>()("Provider
           ...Option.match(s.apiKey, { onNone: () => ({}), onSome: (k) => d.authHeaders(Redacted.value(k)) })
         }
       })
-      const core = s.client({
-        transport,
-        webhookUrl: `${settings.publicBaseUrl}/webhooks/${d.name}`,
-        callbackQuery: callbackQueryOf(d.name)
-      })
+      const webhookUrl = `${settings.publicBaseUrl}/webhooks/${d.name}`
+      const core = s.client({ transport, webhookUrl, callbackUrl: callbackUrlOf(d.name, webhookUrl) })
       const lookup = core.lookup ?? (s.lookup ? simulatorLookup(transport) : undefined)
       return [d.name, {
         submit: core.submit,

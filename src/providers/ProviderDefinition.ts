@@ -56,10 +56,12 @@ export interface ClientContext {
   /** `${PUBLIC_BASE_URL}/webhooks/<name>` */
   readonly webhookUrl: string
   /**
-   * The query that authenticates a callback URL for providers whose callbacks are unsigned (Luma): the attempt,
-   * when the token was issued, the token. The token is empty (refused) without CALLBACK_TOKEN_SECRET.
+   * The callback URL of one attempt, for providers that take a webhook URL per request (Replicate, fal, Luma):
+   * `webhookUrl?attempt=<id>&issued=<unix seconds>&token=<HMAC>`. The token says which attempt the callback is
+   * about, so a callback for a job whose submit response was lost still finds its attempt (and, for unsigned
+   * callbacks, it is the only proof of the sender). Without CALLBACK_TOKEN_SECRET the bare `webhookUrl`.
    */
-  readonly callbackQuery: (attemptId: string) => Effect.Effect<string>
+  readonly callbackUrl: (attemptId: string) => Effect.Effect<string>
 }
 
 /** What a webhook verifier is built with: the shared tolerance and the callback-token secrets and lifetime. */

@@ -39,18 +39,19 @@ export const ProviderSettings = S.area("providers", "Provider APIs: addresses, k
 })
 
 /**
- * The secret of the per-attempt tokens in the callback URLs of providers whose callbacks are unsigned (Luma): the
- * clients sign with the current one, the gateway accepts the current and the previous one. One area, read by both.
+ * The secret of the per-attempt tokens in the callback URLs of providers that take a webhook URL per request (Luma,
+ * Replicate, fal): the clients sign with the current one, the gateway accepts the current and the previous one. One
+ * area, read by both.
  */
 export const CallbackTokenSettings = S.area("callback tokens", "Per-attempt callback URL tokens", {
   secrets: secretPair(
     "CALLBACK_TOKEN_SECRET",
-    "Secret of the per-attempt callback tokens (Luma): signs them in callback URLs; unset, Luma callbacks are refused (404)"
+    "Secret of the per-attempt callback tokens in Luma's, Replicate's and fal's webhook URLs (they name the attempt, so a lost submit response is resolved by the webhook); unset, Luma callbacks are refused (404) and Replicate's and fal's URLs carry no token"
   ),
   // a leaked callback URL is a way to write into the inbox: it stops working with its attempt, and after this
   ttl: S.duration(
     "CALLBACK_TOKEN_TTL",
-    "A callback URL's token is refused (410) this long after its attempt was submitted, and once its attempt has ended or been replaced",
+    "A callback URL's token is refused (410) this long after its attempt was submitted; an unsigned (Luma) one also once its attempt has ended or been replaced",
     "24 hours"
   )
 })

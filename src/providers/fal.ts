@@ -7,6 +7,7 @@ import { parseWith, type ProviderReport, skipping, type WebhookProtocol } from "
 import { constant, type ProviderDefinition, type Verify } from "./ProviderDefinition.js"
 import { type Ed25519Jwk, verifyFalWebhook } from "./signatures.js"
 import { allowed, atLeast, refuseUnless } from "./transport.js"
+import { withCallbackToken } from "./webhookVerifiers.js"
 
 /** fal.ai queue status: GET .../requests/{id}/status. */
 export const FalStatus = Schema.Struct({
@@ -120,16 +121,18 @@ export const fal: ProviderDefinition = {
   // fal's key scheme, not Bearer (the SDK's request.js)
   authHeaders: (key) => ({ authorization: `Key ${key}` }),
   check: (r) => allowed(falCheck(r.model, r.durationSeconds)),
-  client: constant(({ transport, webhookUrl }) => ({
+  client: constant(({ callbackUrl, transport }) => ({
     submit: (r) =>
       refuseUnless(falCheck(r.model, r.durationSeconds), (duration) =>
-        transport.submit(
-          `/${r.model}?fal_webhook=${encodeURIComponent(webhookUrl)}`,
-          falBody(r.prompt, duration),
-          Schema.Struct({ request_id: Schema.String }),
-          (a) => a.request_id,
-          r.clientRequestId
-        )),
+        // the URL names the attempt (signed token): a webhook for a job whose submit response was lost finds it
+        Effect.flatMap(callbackUrl(r.attemptId), (url) =>
+          transport.submit(
+            `/${r.model}?fal_webhook=${encodeURIComponent(url)}`,
+            falBody(r.prompt, duration),
+            Schema.Struct({ request_id: Schema.String }),
+            (a) => a.request_id,
+            r.clientRequestId
+          ))),
     // COMPLETED only says it ended: the result endpoint says how
     query: (id, model) =>
       Effect.flatMap(
@@ -160,42 +163,45 @@ export const fal: ProviderDefinition = {
   })),
   webhook: {
     protocol: falWebhooks,
-    verifier: S.map(
-      S.all({
-        jwksUrl: S.optionalString(
-          "FAL_JWKS_URL",
-          "Where fal.ai's webhook signing keys are (JWKS); unset, fal webhooks are refused (404)"
-        ),
-        userId: S.optionalString("FAL_USER_ID", "Our fal.ai user id, which fal signs into every webhook"),
-        jwksTimeout: S.duration(
-          "FAL_JWKS_TIMEOUT",
-          "How long a fetch of fal.ai's signing keys may take; a webhook waits no longer for them (then 503)",
-          "5 seconds"
-        )
-      }),
-      ({ jwksTimeout, jwksUrl, userId }) => ({ toleranceSeconds }) =>
-        Option.isNone(jwksUrl) || Option.isNone(userId)
-          ? Option.none()
-          : Option.some(Effect.map(makeFalKeys(jwksUrl.value, jwksTimeout), (keys): Verify => (r) =>
-            Effect.gen(function*() {
-              const at = new Date(yield* Clock.currentTimeMillis)
-              const check = (k: ReadonlyArray<Ed25519Jwk>) =>
-                verifyFalWebhook({
-                  keys: k,
-                  userId: userId.value,
-                  headers: r.headers,
-                  body: r.body,
-                  now: at,
-                  toleranceSeconds
-                })
-              const first = check((yield* keys(false)).keys)
-              // an unknown key may be a rotation: fetch the set again (rate-limited) before refusing
-              if (Either.isRight(first) || first.left !== "bad_signature") return first
-              const again = yield* keys(true)
-              const second = check(again.keys)
-              // without a current key set we cannot tell a forgery from a rotation: the sender should retry
-              return Either.isLeft(second) && !again.current ? Either.left("keys_unavailable" as const) : second
-            })))
+    verifier: withCallbackToken(
+      "fal",
+      S.map(
+        S.all({
+          jwksUrl: S.optionalString(
+            "FAL_JWKS_URL",
+            "Where fal.ai's webhook signing keys are (JWKS); unset, fal webhooks are refused (404)"
+          ),
+          userId: S.optionalString("FAL_USER_ID", "Our fal.ai user id, which fal signs into every webhook"),
+          jwksTimeout: S.duration(
+            "FAL_JWKS_TIMEOUT",
+            "How long a fetch of fal.ai's signing keys may take; a webhook waits no longer for them (then 503)",
+            "5 seconds"
+          )
+        }),
+        ({ jwksTimeout, jwksUrl, userId }) => ({ toleranceSeconds }) =>
+          Option.isNone(jwksUrl) || Option.isNone(userId)
+            ? Option.none()
+            : Option.some(Effect.map(makeFalKeys(jwksUrl.value, jwksTimeout), (keys): Verify => (r) =>
+              Effect.gen(function*() {
+                const at = new Date(yield* Clock.currentTimeMillis)
+                const check = (k: ReadonlyArray<Ed25519Jwk>) =>
+                  verifyFalWebhook({
+                    keys: k,
+                    userId: userId.value,
+                    headers: r.headers,
+                    body: r.body,
+                    now: at,
+                    toleranceSeconds
+                  })
+                const first = check((yield* keys(false)).keys)
+                // an unknown key may be a rotation: fetch the set again (rate-limited) before refusing
+                if (Either.isRight(first) || first.left !== "bad_signature") return first
+                const again = yield* keys(true)
+                const second = check(again.keys)
+                // without a current key set we cannot tell a forgery from a rotation: the sender should retry
+                return Either.isLeft(second) && !again.current ? Either.left("keys_unavailable" as const) : second
+              })))
+      )
     )
   }
 }

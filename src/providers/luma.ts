@@ -79,15 +79,15 @@ export const luma: ProviderDefinition = {
   exampleModel: "ray-2",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
   check: (r) => allowed(lumaCheck(r.model, r.durationSeconds)),
-  client: constant(({ callbackQuery, transport, webhookUrl }) => ({
+  client: constant(({ callbackUrl, transport }) => ({
     submit: (r) =>
       refuseUnless(lumaCheck(r.model, r.durationSeconds), ([model, duration]) =>
         // unsigned callbacks: the token in the URL is how we know the callback is Luma's for this attempt
-        Effect.flatMap(callbackQuery(r.attemptId), (query) =>
+        Effect.flatMap(callbackUrl(r.attemptId), (url) =>
           transport.submit(
             // the SDK's generations.create: POST /generations/video
             "/dream-machine/v1/generations/video",
-            lumaBody(model, r.prompt, duration, r.resolution, `${webhookUrl}?${query}`),
+            lumaBody(model, r.prompt, duration, r.resolution, url),
             LumaGeneration,
             (g) => g.id,
             r.clientRequestId

@@ -3,7 +3,7 @@ import type { default as Replicate, Prediction } from "replicate"
 import { parseWith, type ProviderReport, validDate, type WebhookProtocol } from "./ProviderAdapter.js"
 import { constant, type ProviderDefinition } from "./ProviderDefinition.js"
 import { allowed, refuseUnless } from "./transport.js"
-import { standardWebhooks } from "./webhookVerifiers.js"
+import { standardWebhooks, withCallbackToken } from "./webhookVerifiers.js"
 
 /** A Replicate prediction: the webhook body and the GET /v1/predictions/{id} response are the same object. */
 export const ReplicatePrediction = Schema.Struct({
@@ -103,24 +103,29 @@ export const replicate: ProviderDefinition = {
   exampleModel: "kwaivgi/kling-v2.1",
   authHeaders: (key) => ({ authorization: `Bearer ${key}` }),
   check: (r) => allowed(Either.flatMap(replicateRoute(r.model), () => replicateDuration(r.durationSeconds))),
-  client: constant(({ transport, webhookUrl }) => ({
+  client: constant(({ callbackUrl, transport }) => ({
     submit: (r) =>
       refuseUnless(
         Either.all([replicateRoute(r.model), replicateDuration(r.durationSeconds)]),
         ([route, duration]) =>
-          transport.submit(
-            route.path,
-            replicateBody(route, { prompt: r.prompt, duration }, webhookUrl),
-            ReplicatePrediction,
-            (p) => p.id,
-            r.clientRequestId
-          )
+          // the URL names the attempt (signed token): a webhook for a job whose submit response was lost finds it
+          Effect.flatMap(callbackUrl(r.attemptId), (url) =>
+            transport.submit(
+              route.path,
+              replicateBody(route, { prompt: r.prompt, duration }, url),
+              ReplicatePrediction,
+              (p) => p.id,
+              r.clientRequestId
+            ))
       ),
     query: (id) =>
       Effect.map(transport.call("GET", `/v1/predictions/${id}`, ReplicatePrediction), (r) => replicateReport(r.body)),
     cancel: (id) => transport.send("POST", `/v1/predictions/${id}/cancel`)
   })),
-  webhook: { protocol: replicateWebhooks, verifier: standardWebhooks("REPLICATE_WEBHOOK_SECRET", "Replicate") }
+  webhook: {
+    protocol: replicateWebhooks,
+    verifier: withCallbackToken("replicate", standardWebhooks("REPLICATE_WEBHOOK_SECRET", "Replicate"))
+  }
 }
 
 /** Our schema reads a subset of the SDK's Prediction: a compile error here means the two drifted apart. */

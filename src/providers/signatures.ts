@@ -11,7 +11,8 @@ import {
 import { Webhook } from "standardwebhooks"
 
 /**
- * Why a webhook was refused. The HTTP answer never says which of the first three (401 with no detail);
+ * Why a webhook was refused. The HTTP answer never says which of the first four (401 with no detail);
+ * `bad_token` is a signed provider's genuine signature on a URL whose attempt token does not verify,
  * `expired` is a genuine callback URL that is no longer in use (410), `keys_unavailable` a signature that could
  * not be checked because the provider's keys could not be fetched (503: a genuine callback is retried later).
  */
@@ -19,6 +20,7 @@ export type SignatureRejection =
   | "missing_headers"
   | "stale_timestamp"
   | "bad_signature"
+  | "bad_token"
   | "expired"
   | "keys_unavailable"
 
@@ -29,6 +31,8 @@ export interface Verified {
   readonly timestamp: Date | null
   /** The provider task id the signature itself covers (fal signs the request id apart from the body). */
   readonly subject?: string | undefined
+  /** The attempt a verified callback-URL token names: the callback is about that attempt's job. */
+  readonly attemptId?: string | undefined
 }
 
 export interface VersionedSecret {
@@ -143,7 +147,7 @@ export const falSigningString = (requestId: string, userId: string, timestamp: s
   [requestId, userId, timestamp, createHash("sha256").update(body).digest("hex")].join("\n")
 
 /**
- * Unsigned callbacks (Luma, Kling): the callback URL we hand the provider carries a per-attempt token,
+ * Callback URLs we set per request (Luma, Replicate, fal; Kling would too): the URL carries a per-attempt token,
  * HMAC(secret, provider + attempt id + issue time), and the issue time (unix seconds) beside it. Nothing is
  * stored; the comparison is constant-time. A token older than the TTL is expired: a leaked URL stops working.
  */
@@ -177,7 +181,7 @@ export const verifyCallbackToken = (options: {
       const age = options.now.getTime() / 1000 - Number(issued)
       return age > options.ttlSeconds || age < -options.toleranceSeconds
         ? Either.left("expired")
-        : Either.right({ keyVersion: version, eventId: null, timestamp: null })
+        : Either.right({ keyVersion: version, eventId: null, timestamp: null, attemptId })
     }
   }
   return Either.left("bad_signature")

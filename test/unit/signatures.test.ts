@@ -153,7 +153,8 @@ describe("per-attempt callback tokens (Luma, Kling)", () => {
     )
     const query = new URLSearchParams(callbackQuery("s1", "luma", attemptId, now))
     expect(verify(query.get("token"), { issued: query.get("issued") })(query.get("attempt")!)).toEqual(
-      Either.right({ keyVersion: "current", eventId: null, timestamp: null })
+      // the attempt the token names: the gateway maps the callback to it
+      Either.right({ keyVersion: "current", eventId: null, timestamp: null, attemptId })
     )
   })
 })

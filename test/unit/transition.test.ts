@@ -130,6 +130,31 @@ describe("transition: examples", () => {
     })
   })
 
+  it("a webhook naming an attempt whose submit outcome is unknown binds its job; under a cancel, only binds it", () => {
+    const unknown = {
+      task: makeTask({ status: "submit_unknown", stage: "submitting", progress: null }),
+      attempt: makeAttempt({ providerTaskId: null, submitState: "SUBMIT_UNKNOWN", unknownSince: t0 })
+    }
+    const bound = transition(unknown.task, unknown.attempt, observe("running"), at(1))
+    expect(bound._tag === "Changed" && bound.change.task.status).toBe("running")
+    expect(bound._tag === "Changed" && bound.change.attempt).toMatchObject({
+      providerTaskId: observe("running").providerTaskId,
+      submitState: "RUNNING",
+      unknownSince: null
+    })
+    // a cancel asked meanwhile stays asked, with the job now known so that it can be canceled
+    const canceling = {
+      ...unknown,
+      task: makeTask({ status: "cancel_requested", stage: "submitting", progress: null })
+    }
+    const held = transition(canceling.task, canceling.attempt, observe("running"), at(1))
+    expect(held._tag === "Changed" && held.change.task.status).toBe("cancel_requested")
+    expect(held._tag === "Changed" && held.change.attempt?.providerTaskId).toBe(observe("running").providerTaskId)
+    // a job already known: progress under a cancel is still ignored
+    const known = transition(canceling.task, makeAttempt(), observe("running"), at(1))
+    expect(known).toMatchObject({ _tag: "Ignored", reason: "cancel_requested" })
+  })
+
   it("public payloads carry only browser-safe fields", () => {
     const failed = observe("failed")
     const { outcomes } = run(start, [failed], 3)
