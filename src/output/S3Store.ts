@@ -132,7 +132,9 @@ export const makeS3 = (o: S3Options): Effect.Effect<ObjectStoreService, never, S
             new GetObjectCommand({ Bucket: o.bucket, Key: full(key), Range: `bytes=0-${maxBytes - 1}` }),
             { abortSignal }
           ).catch((e) => (statusOf(e) === 416 ? null : Promise.reject(e))) // an empty object has no byte 0
-          if (answer === null || answer.Body === undefined) return new Uint8Array(0)
+          if (answer === null || answer.Body === undefined) {
+            return new Uint8Array(0)
+          }
           return answer.Body.transformToByteArray()
         })
       }).pipe(Effect.withSpan("ObjectStore.readRange", { attributes: { key, store: "s3" } }))
