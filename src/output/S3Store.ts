@@ -145,7 +145,8 @@ export const makeS3 = (o: S3Options): Effect.Effect<ObjectStoreService, never, S
         send(
           "delete",
           key,
-          (abortSignal) => client.send(new DeleteObjectCommand({ Bucket: o.bucket, Key: full(key) }), { abortSignal })
+          (abortSignal) =>
+            client.send(new DeleteObjectCommand({ Bucket: o.bucket, Key: full(key) }), { abortSignal })
         )
       ).pipe(Effect.asVoid, Effect.withSpan("ObjectStore.delete", { attributes: { key, store: "s3" } }))
 

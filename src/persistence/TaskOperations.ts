@@ -15,6 +15,19 @@ export type Claim = Data.TaggedEnum<{
 }>
 export const Claim = Data.taggedEnum<Claim>()
 
+export interface PendingOutput {
+  readonly task_id: string
+  readonly attempt_id: string
+  readonly task_status: string
+  readonly deadline_at: Date | null
+  /** null: not claimed yet */
+  readonly fetch_status: string | null
+  readonly claims: number
+  readonly lease_until: Date | null
+  readonly last_error: string | null
+  readonly updated_at: Date
+}
+
 /**
  * Side effects of a task done at most once per (task, attempt, operation type): the row is the idempotency key
  * (UNIQUE(task_id, attempt_id, operation_type)) and keeps the result, so a replay after a crash or a shard move
@@ -131,6 +144,23 @@ export class TaskOperations extends Effect.Service<TaskOperations>()("TaskOperat
       return rows.length > 0
     }, Effect.catchTag("SqlError", unavailable))
 
-    return { claim, renew, complete, failed, reopen } as const
+    /**
+     * Outputs not yet stored and checked (tasks fetching, probing or at risk), the closest to their URL's deadline
+     * first, with their fetch's state: what operators watch while a store or a provider's storage is failing.
+     */
+    const pendingOutputs = (limit: number) =>
+      sql<PendingOutput>`
+        SELECT t.id AS task_id, t.current_attempt_id AS attempt_id, t.status AS task_status,
+          a.output_deadline_at AS deadline_at, o.status AS fetch_status, COALESCE(o.attempts, 0)::int AS claims,
+          CASE WHEN o.status = 'running' THEN o.next_run_at END AS lease_until, o.last_error, t.updated_at
+        FROM generation_tasks t
+        JOIN task_attempts a ON a.id = t.current_attempt_id
+        LEFT JOIN task_operations o ON o.task_id = t.id AND o.attempt_id = t.current_attempt_id
+          AND o.operation_type = 'fetch_output'
+        WHERE t.status IN ('fetching_output', 'output_at_risk', 'processing_media')
+        ORDER BY a.output_deadline_at ASC NULLS LAST, t.updated_at ASC
+        LIMIT ${limit}`.pipe(Effect.catchTag("SqlError", unavailable), Effect.withSpan("TaskOperations.pendingOutputs"))
+
+    return { claim, renew, complete, failed, reopen, pendingOutputs } as const
   })
 }) {}

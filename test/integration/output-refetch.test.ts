@@ -7,6 +7,7 @@ import { layerFromEnv } from "../../src/output/ObjectStoreLive.js"
 import { TaskOperations } from "../../src/persistence/TaskOperations.js"
 import type { AttemptId, TaskId } from "../../src/schema/ids.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
+import { adminClient } from "../support/admin.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaled, scaledDuration } from "../support/env.js"
 import { expectBalanced, ledgers, startTask, waitForStatus } from "../support/lifecycle.js"
@@ -105,13 +106,19 @@ const fetchOperation = (taskId: string) =>
   )
 
 /** Starts a runway task under `r` and waits for one of `wanted`; returns it with the downloads it caused. */
-const runUnder = (r: Rule, wanted: ReadonlyArray<string>, within: Duration.Duration) =>
+const runUnder = <E = never, R = never>(
+  r: Rule,
+  wanted: ReadonlyArray<string>,
+  within: Duration.Duration,
+  meanwhile?: (taskId: string) => Effect.Effect<void, E, R>
+) =>
   Effect.gen(function*() {
     const simulator = yield* Sim
     yield* simulator.setFaults({ jobDurationMs: 500 })
     rule = r
     const before = simulator.stats.downloads
     const t = yield* startTask("runway")
+    if (meanwhile !== undefined) yield* meanwhile(t.taskId)
     const [row] = yield* waitForStatus([t.taskId], wanted, within)
     return { ...t, row: row!, downloads: simulator.stats.downloads - before }
   })
@@ -147,7 +154,17 @@ describe.skipIf(noDatabase)("outputs in a shared object store: lost objects fetc
 
     it.effect("lost every time: downloaded again until the URL's deadline, then failed with output_unavailable", () =>
       Effect.gen(function*() {
-        const t = yield* runUnder("lose_all", ["ready", "failed"], Duration.millis(URL_TTL_MS + 60_000))
+        // meanwhile operators see it among the pending outputs (GET /admin/outputs, `npm run ops -- outputs`)
+        const listed = (taskId: string) =>
+          Effect.gen(function*() {
+            const admin = yield* adminClient(platform)
+            const view = yield* admin.outputs.pending({ urlParams: {} })
+            const mine = view.outputs.find((o) => o.task_id === taskId)
+            if (mine === undefined || mine.deadline_at === null || mine.claims < 2) {
+              return yield* Effect.fail("not listed with its deadline and two claims yet")
+            }
+          }).pipe(Effect.retry(Schedule.spaced(Duration.millis(100)).pipe(Schedule.upTo(scaledDuration("30 seconds")))))
+        const t = yield* runUnder("lose_all", ["ready", "failed"], Duration.millis(URL_TTL_MS + 60_000), listed)
         expect(t.row.status).toBe("failed")
         expect(t.downloads).toBeGreaterThanOrEqual(2)
         const sql = yield* SqlClient.SqlClient
