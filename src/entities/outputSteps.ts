@@ -53,7 +53,14 @@ export const makeOutputSteps = (
       Effect.catchAll(() => Effect.void),
       Effect.repeat(Schedule.spaced(Duration.millis(Math.max(100, leaseMs / 3))))
     )
-    return Effect.scoped(Effect.zipRight(Effect.forkScoped(renew), run))
+    return Effect.scoped(Effect.zipRight(Effect.forkScoped(renew), run)).pipe(
+      // stopped (a shard moving away, a shutdown): the next owner need not wait for the lease to lapse
+      Effect.onInterrupt(() =>
+        operations.failed(h.taskId, s.attempt!.id, "fetch_output", "interrupted: the runner let the task go", 0).pipe(
+          Effect.ignore
+        )
+      )
+    )
   }
 
   const fetchOutput = (h: TaskHandle, s: TaskState) =>
