@@ -1,12 +1,12 @@
-import { Clock, Duration, Effect, Either, Option, Schedule } from "effect"
+import { Clock, Duration, Effect, Schedule } from "effect"
 import * as S from "../config/Settings.js"
 import { backoffMillis } from "../domain/backoff.js"
 import * as Steps from "../domain/lifecycleSteps.js"
 import type { PollPolicy } from "../domain/pollPolicy.js"
 import type { TaskState } from "../domain/taskState.js"
-import { probeMp4 } from "../output/mp4Probe.js"
 import { ObjectStore } from "../output/ObjectStore.js"
 import { OutputDownloader } from "../output/OutputDownloader.js"
+import { OutputSettings } from "../output/outputSettings.js"
 import { OutputWork } from "../output/OutputWork.js"
 import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
@@ -16,6 +16,7 @@ import { ProviderQuota } from "../quota/ProviderQuota.js"
 import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
 import { traced } from "../tracing/TraceId.js"
+import { makeOutputSteps } from "./outputSteps.js"
 import { makeParkedTasks, type Wake } from "./ParkedTasks.js"
 import { makePoller, QUOTA_DEFERRED } from "./poller.js"
 import { makeSubmitter } from "./submitter.js"
@@ -117,6 +118,17 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const retryDelay = (n: number, capSeconds: number) =>
       backoffMillis(n, { baseMs: 1000 * config.policy.scale, capMs: capSeconds * 1000 * config.policy.scale })
 
+    const output = makeOutputSteps({
+      clients,
+      operations,
+      downloader,
+      objects,
+      work,
+      lease: (yield* OutputSettings.config).fetchLease,
+      scaled,
+      retryDelay
+    })
+
     const { resolveUnknown, submit } = makeSubmitter({
       clients,
       schedule,
@@ -127,70 +139,6 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
       scaled,
       retryDelay
     })
-
-    const fetchOutput = (h: TaskHandle, s: TaskState) =>
-      Effect.gen(function*() {
-        const attempt = s.attempt!
-        const deadline = attempt.outputDeadlineAt
-        const client = yield* clients.get(attempt.provider)
-        const ref = attempt.outputRefs[0]
-        const request = ref === undefined ? Option.none() : client.outputRequest(ref)
-        if (Option.isNone(request)) {
-          yield* Effect.logError("provider output cannot be fetched", { ref: ref ?? "none" })
-          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h)))
-        }
-        const key = `${h.taskId}/${attempt.id}/output.mp4`
-        const done = yield* operations.begin(h.taskId, attempt.id, "fetch_output", deadline)
-        if (Option.isNone(done)) {
-          const stored = yield* work.run(deadline, downloader.download(request.value, key, client.outputHosts)).pipe(
-            Effect.either
-          )
-          if (Either.isLeft(stored)) {
-            const e = stored.left
-            if (e.kind === "refused") {
-              // a provider's output elsewhere than its hosts: a moved CDN is fixed in its setting, anything else is
-              // an attempt on the network behind this runner
-              yield* Effect.logError(
-                `provider output refused: ${e.detail} (allowed hosts: ${attempt.provider.toUpperCase()}_OUTPUT_HOSTS)`
-              ).pipe(Effect.annotateLogs({ provider: attempt.provider }))
-            } else {
-              yield* Effect.logWarning("output fetch failed", e)
-            }
-            const retryIn = retryDelay(h.failures(), 300)
-            yield* operations.failed(
-              h.taskId,
-              attempt.id,
-              "fetch_output",
-              `${e.kind}: ${e.detail}`,
-              e.retryable ? retryIn : null
-            )
-            if (!e.retryable) return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h)))
-            h.failed()
-            return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h)), retryIn)
-          }
-          yield* operations.complete(h.taskId, attempt.id, "fetch_output", stored.right)
-        }
-        h.succeeded()
-        return yield* commit(h, (st, now) => Steps.outputStored(st, now, meta(h)))
-      })
-
-    /** Probes the stored file's MP4 structure (not a decode): a file that is not a video never becomes ready. */
-    const checkMedia = (h: TaskHandle, s: TaskState) =>
-      Effect.gen(function*() {
-        const key = `${h.taskId}/${s.attempt!.id}/output.mp4`
-        const head = yield* objects.head(key)
-        if (Option.isNone(head)) {
-          h.failed()
-          return yield* commit(h, (st, now) => Steps.outputAtRisk(st, now, meta(h)), scaled(2))
-        }
-        const bytes = yield* objects.readRange(key, 1 << 20)
-        const probe = probeMp4(bytes, head.value.bytes)
-        if (Either.isLeft(probe)) {
-          yield* Effect.logError("provider output is not a valid MP4", { reason: probe.left })
-          return yield* commit(h, (st, now) => Steps.outputLost(st, now, meta(h)))
-        }
-        return yield* commit(h, (st, now) => Steps.outputReady(st, key, now, meta(h)))
-      })
 
     /** One unit of work for the task's current state; the result is how many ms until the next look. */
     const step = (h: TaskHandle, s: TaskState): Effect.Effect<number, unknown> => {
@@ -217,17 +165,11 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
               meta(h)
             ))
         case "output_at_risk":
-          return Effect.flatMap(
-            Clock.currentTimeMillis,
-            (now) =>
-              attempt.outputDeadlineAt !== null && attempt.outputDeadlineAt.getTime() < now
-                ? commit(h, (st, at) => Steps.outputLost(st, at, meta(h)))
-                : commit(h, (st, at) => Steps.beginOutput(st, attempt.outputDeadlineAt ?? at, at, meta(h)))
-          )
+          return output.retryOutput(h, s)
         case "fetching_output":
-          return fetchOutput(h, s)
+          return output.fetchOutput(h, s)
         case "processing_media":
-          return checkMedia(h, s)
+          return output.checkMedia(h, s)
         default:
           return Effect.succeed(Number.POSITIVE_INFINITY)
       }

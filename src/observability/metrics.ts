@@ -134,6 +134,23 @@ export const outboxPublished = Metric.counter("outbox_published_total", {
   description: "outbox rows published to the event queue by the relay"
 })
 
+// ── outputs and the object store (seed 19: outputs leave the worker's disk; a lost object is fetched again)
+
+export const objectStoreOperations = Metric.counter("object_store_operations_total", {
+  description: "object store operations, by store (filesystem, s3), op (put, head, read, delete) and outcome " +
+    "(ok, missing: head found nothing, timeout, error, body_failed: the stream being stored failed)"
+})
+export const objectStoreSeconds = Metric.histogram(
+  "object_store_operation_seconds",
+  lag,
+  "one object store operation, start to end (a put lasts as long as the download it stores), by store and op"
+)
+export const outputFetchDecisions = Metric.counter("output_fetch_decisions_total", {
+  description: "what a fetch_output step did, by decision: downloaded, already_stored (the object was in the store: " +
+    "no second download), leased_elsewhere (another runner holds the fetch's lease: waited), refetch (the probe " +
+    "found no object: the fetch reopened), lost (no object and past the URL's deadline)"
+})
+
 // ── sampled from PostgreSQL by every runner (cluster-wide values: aggregate with max)
 
 export const outboxBacklog = Metric.gauge("outbox_backlog", { description: "outbox rows not yet published" })

@@ -1,8 +1,5 @@
-import { Context, Effect, Layer, Option, Schema, Stream } from "effect"
-import { createHash, randomUUID } from "node:crypto"
-import * as fs from "node:fs/promises"
-import * as path from "node:path"
-import { OutputSettings } from "./outputSettings.js"
+import { Context, Duration, Effect, Metric, Option, Schema, Stream } from "effect"
+import { objectStoreOperations, objectStoreSeconds } from "../observability/metrics.js"
 
 export interface StoredObject {
   readonly key: string
@@ -12,15 +9,15 @@ export interface StoredObject {
 }
 
 export class ObjectStoreError extends Schema.TaggedError<ObjectStoreError>()("ObjectStoreError", {
-  message: Schema.String
+  message: Schema.String,
+  /** `timeout`: the store did not answer within OBJECT_STORE_TIMEOUT. */
+  reason: Schema.optionalWith(Schema.Literal("io", "timeout", "invalid_key"), { default: () => "io" as const })
 }) {}
 
 /**
- * Where generated outputs live once we own them. Keys look like `<taskId>/<attemptId>/output.mp4`.
- *
- * An S3-compatible store implements the same interface: `put` is a PutObject (multipart for large bodies) with the
- * sha256 sent as checksum metadata, `head` is a HeadObject reading that metadata back, `readRange` is a ranged
- * GetObject (`Range: bytes=0-<maxBytes-1>`).
+ * Where generated outputs live once we own them. Keys look like `<taskId>/<attemptId>/output.mp4`. Two stores:
+ * the filesystem (FilesystemStore.ts, the embedded default) and an S3-compatible bucket (S3Store.ts, shared by every
+ * runner); ObjectStoreLive.ts picks one from the settings.
  */
 export class ObjectStore extends Context.Tag("ObjectStore")<ObjectStore, {
   /**
@@ -32,124 +29,79 @@ export class ObjectStore extends Context.Tag("ObjectStore")<ObjectStore, {
     body: Stream.Stream<Uint8Array, E>,
     contentType: string
   ) => Effect.Effect<StoredObject, ObjectStoreError | E>
+  /** The object's description, or none when there is no (complete) object under key. */
   readonly head: (key: string) => Effect.Effect<Option.Option<StoredObject>, ObjectStoreError>
   /** The first `maxBytes` bytes of an object (for probing). */
   readonly readRange: (key: string, maxBytes: number) => Effect.Effect<Uint8Array, ObjectStoreError>
+  /** Removes the object; removing a missing one succeeds. */
+  readonly delete: (key: string) => Effect.Effect<void, ObjectStoreError>
 }>() {}
 
-const Meta = Schema.parseJson(
-  Schema.Struct({ bytes: Schema.Number, sha256: Schema.String, contentType: Schema.String })
-)
+export type ObjectStoreService = Context.Tag.Service<ObjectStore>
 
-const META_SUFFIX = ".meta.json"
-
-const attempt = <A>(what: string, key: string, f: () => Promise<A>) =>
-  Effect.tryPromise({ try: f, catch: (e) => new ObjectStoreError({ message: `${what} ${key}: ${String(e)}` }) })
-
-const isMissing = (e: unknown) => typeof e === "object" && e !== null && "code" in e && e.code === "ENOENT"
-
-/** `undefined` when the file does not exist; other errors fail. */
-const ifExists = <A>(what: string, key: string, f: () => Promise<A>) =>
-  Effect.tryPromise({
-    try: () => f().catch((e) => (isMissing(e) ? undefined : Promise.reject(e))),
-    catch: (e) => new ObjectStoreError({ message: `${what} ${key}: ${String(e)}` })
-  })
-
-/**
- * Objects as files under root, each with a `<file>.meta.json` sidecar holding size, sha256 and content type.
- * Data and sidecar go to temp files in the same directory and are renamed into place (sidecar first), so a reader
- * sees either the old object or the new one. A crash between the two renames of a replacing write can pair a new
- * sidecar with old data; `head` then fails on the size check rather than returning a wrong description.
- */
-export const layerFilesystem = (root: string): Layer.Layer<ObjectStore> => {
-  const base = path.resolve(root)
-
-  const resolve = (key: string) => {
-    const segments = key.split("/")
-    const bad = key.length === 0 || key.includes("\\") || key.includes("\0") || path.isAbsolute(key) ||
-      segments.some((s) => s === "" || s === "." || s === "..") || key.endsWith(META_SUFFIX)
-    return bad
-      ? Effect.fail(new ObjectStoreError({ message: `invalid object key ${JSON.stringify(key)}` }))
-      : Effect.succeed(path.join(base, ...segments))
-  }
-
-  const writeAll = <E>(file: fs.FileHandle, key: string, body: Stream.Stream<Uint8Array, E>) =>
-    Effect.suspend(() => {
-      const hash = createHash("sha256")
-      let bytes = 0
-      return Stream.runForEach(body, (chunk) =>
-        attempt("write", key, async () => {
-          for (let offset = 0; offset < chunk.length;) {
-            offset += (await file.write(chunk, offset, chunk.length - offset)).bytesWritten
-          }
-          hash.update(chunk)
-          bytes += chunk.length
-        })).pipe(Effect.map(() => ({ bytes, sha256: hash.digest("hex") })))
-    })
-
-  const put = <E>(key: string, body: Stream.Stream<Uint8Array, E>, contentType: string) =>
-    Effect.gen(function*() {
-      const file = yield* resolve(key)
-      yield* attempt("mkdir", key, () => fs.mkdir(path.dirname(file), { recursive: true }))
-      const tmp = path.join(path.dirname(file), `.tmp-${randomUUID()}-${path.basename(file)}`)
-      const tmpMeta = `${tmp}${META_SUFFIX}`
-      return yield* Effect.gen(function*() {
-        const { bytes, sha256 } = yield* Effect.acquireUseRelease(
-          attempt("open", key, () => fs.open(tmp, "wx")),
-          (handle) => writeAll(handle, key, body),
-          (handle) => Effect.promise(() => handle.close().catch(() => undefined))
-        )
-        const meta = Schema.encodeSync(Meta)({ bytes, sha256, contentType })
-        yield* attempt("write meta", key, () => fs.writeFile(tmpMeta, meta, { flag: "wx" }))
-        yield* attempt("rename meta", key, () => fs.rename(tmpMeta, `${file}${META_SUFFIX}`))
-        yield* attempt("rename", key, () => fs.rename(tmp, file))
-        return { key, bytes, sha256, contentType } satisfies StoredObject
-      }).pipe(
-        Effect.onError(() =>
-          Effect.promise(() => Promise.all([tmp, tmpMeta].map((f) => fs.rm(f, { force: true }).catch(() => undefined))))
-        )
-      )
-    }).pipe(Effect.withSpan("ObjectStore.put", { attributes: { key } }))
-
-  const head = Effect.fn("ObjectStore.head")(function*(key: string) {
-    const file = yield* resolve(key)
-    const text = yield* ifExists("read meta", key, () => fs.readFile(`${file}${META_SUFFIX}`, "utf8"))
-    const stat = yield* ifExists("stat", key, () => fs.stat(file))
-    if (text === undefined || stat === undefined) return Option.none<StoredObject>()
-    const meta = yield* Schema.decode(Meta)(text).pipe(
-      Effect.mapError((e) => new ObjectStoreError({ message: `corrupt metadata for ${key}: ${e.message}` }))
-    )
-    if (meta.bytes !== stat.size) {
-      return yield* new ObjectStoreError({
-        message: `metadata of ${key} says ${meta.bytes} bytes, the file has ${stat.size}`
-      })
-    }
-    return Option.some<StoredObject>({ key, ...meta })
-  })
-
-  const readRange = Effect.fn("ObjectStore.readRange")(function*(key: string, maxBytes: number) {
-    const file = yield* resolve(key)
-    return yield* Effect.acquireUseRelease(
-      attempt("open", key, () => fs.open(file, "r")),
-      (handle) =>
-        attempt("read", key, async () => {
-          const buffer = new Uint8Array(Math.max(0, maxBytes))
-          let filled = 0
-          while (filled < buffer.length) {
-            const { bytesRead } = await handle.read(buffer, filled, buffer.length - filled, filled)
-            if (bytesRead === 0) break
-            filled += bytesRead
-          }
-          return buffer.subarray(0, filled)
-        }),
-      (handle) => Effect.promise(() => handle.close().catch(() => undefined))
-    )
-  })
-
-  return Layer.succeed(ObjectStore, { put, head, readRange })
+/** Keys are relative paths of plain segments in every store, so one key means the same object in each. */
+export const checkKey = (key: string): Effect.Effect<ReadonlyArray<string>, ObjectStoreError> => {
+  const segments = key.split("/")
+  const bad = key.length === 0 || key.includes("\\") || key.includes("\0") || key.startsWith("/") ||
+    segments.some((s) => s === "" || s === "." || s === "..") || key.endsWith(".meta.json")
+  return bad
+    ? Effect.fail(new ObjectStoreError({ message: `invalid object key ${JSON.stringify(key)}`, reason: "invalid_key" }))
+    : Effect.succeed(segments)
 }
 
-/** The filesystem store rooted at OBJECT_STORE_DIR (default .data/objects). */
-export const layerFromEnv = Layer.unwrapEffect(
-  Effect.map(OutputSettings.config, (c) => layerFilesystem(c.objectStoreDir))
-)
+type Outcome = "ok" | "missing" | "timeout" | "error" | "body_failed"
+
+const outcomeOf = (e: unknown): Outcome =>
+  e instanceof ObjectStoreError ? (e.reason === "timeout" ? "timeout" : "error") : "body_failed"
+
+/**
+ * Every store's operations with the same watch on them: a timeout on each single-request operation (head, read,
+ * delete; a put lasts as long as its body, and each request of an S3 upload has its own), a count by outcome and a
+ * latency per op, and a log line when one fails (with the object key; the trace id comes from the caller's span).
+ */
+export const instrument = (store: "filesystem" | "s3", timeout: Duration.Duration, s: ObjectStoreService) => {
+  const watch = <A, E>(op: string, key: string, effect: Effect.Effect<A, E>, ok: (a: A) => Outcome = () => "ok") =>
+    Effect.suspend(() => {
+      const started = performance.now()
+      const record = (outcome: Outcome) =>
+        Effect.zipRight(
+          Metric.update(
+            objectStoreOperations.pipe(
+              Metric.tagged("store", store),
+              Metric.tagged("op", op),
+              Metric.tagged("outcome", outcome)
+            ),
+            1
+          ),
+          Metric.update(
+            objectStoreSeconds.pipe(Metric.tagged("store", store), Metric.tagged("op", op)),
+            (performance.now() - started) / 1000
+          )
+        )
+      return effect.pipe(
+        Effect.tap((a) => record(ok(a))),
+        Effect.tapError((e) =>
+          Effect.zipRight(
+            record(outcomeOf(e)),
+            Effect.logWarning(`object store ${op} failed: ${e instanceof ObjectStoreError ? e.message : "body failed"}`)
+          )
+        ),
+        Effect.annotateLogs({ object_key: key, object_store: store })
+      )
+    })
+  const timed = <A>(op: string, key: string, effect: Effect.Effect<A, ObjectStoreError>) =>
+    Effect.timeoutFail(effect, {
+      duration: timeout,
+      onTimeout: () =>
+        new ObjectStoreError({
+          message: `${op} ${key}: no answer within ${Duration.format(timeout)}`,
+          reason: "timeout"
+        })
+    })
+  return ObjectStore.of({
+    put: (key, body, contentType) => watch("put", key, s.put(key, body, contentType)),
+    head: (key) => watch("head", key, timed("head", key, s.head(key)), (o) => Option.isSome(o) ? "ok" : "missing"),
+    readRange: (key, maxBytes) => watch("read", key, timed("read", key, s.readRange(key, maxBytes))),
+    delete: (key) => watch("delete", key, timed("delete", key, s.delete(key)))
+  })
+}

@@ -20,6 +20,12 @@ export const OutputSettings = S.area("Output", "copying finished outputs from th
     (s): ReadonlySet<string> => new Set(s.split(",").map((t) => t.trim().toLowerCase()).filter((t) => t.length > 0))
   ),
   downloadTimeout: S.duration("OUTPUT_DOWNLOAD_TIMEOUT", "how long one output download may take", "10 minutes"),
+  fetchLease: S.duration(
+    "OUTPUT_FETCH_LEASE",
+    "an output download's lease, renewed while it runs: another runner (a new owner after a shard move) waits for " +
+      "it rather than downloading too; a runner that died releases it this long after its last renewal",
+    "30 seconds"
+  ),
   privateHosts: hostPatternList(
     "OUTPUT_PRIVATE_HOSTS",
     "for the provider simulator only: exact host:port entries whose loopback or private addresses outputs may come " +

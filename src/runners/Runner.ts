@@ -24,6 +24,7 @@ import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
 import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
+import { OutputsHttpLive } from "../http/admin/OutputsHttp.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
@@ -45,7 +46,8 @@ import { CallbackInbox } from "../intake/CallbackInbox.js"
 import { InboxAdmin } from "../intake/InboxAdmin.js"
 import { InboxProcessorLive } from "../intake/InboxProcessor.js"
 import { WebhookGateway } from "../intake/Webhooks.js"
-import * as ObjectStore from "../output/ObjectStore.js"
+import type { ObjectStore as ObjectStoreTag } from "../output/ObjectStore.js"
+import * as ObjectStore from "../output/ObjectStoreLive.js"
 import { OutputDownloader } from "../output/OutputDownloader.js"
 import { OutputWork } from "../output/OutputWork.js"
 import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
@@ -84,22 +86,26 @@ export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => 
 
 /**
  * What drives tasks between observations: provider clients and quotas, the poll schedule, the output pipeline
- * (object store from OBJECT_STORE_DIR), Redis from REDIS_URL (in-process quotas without it).
+ * (the object store: `layerLifecycle` the settings', `layerLifecycleWith` a given one), Redis from REDIS_URL (in-process quotas without it).
  * Provider calls go through undici's own client, not fetch: every poll and submit is one call, and fetch (web
  * streams over undici) cost 2.9 ms of CPU per GET against 1.1 ms (measured here, 2,000 sequential GETs, server in
  * another process). Redirects are not followed (fetch followed them): no provider API here answers with one.
  */
-export const layerLifecycle = TaskLifecycle.Default.pipe(
-  Layer.provide(Layer.mergeAll(
-    ProviderClients.Default,
-    ProviderQuota.Default,
-    AttemptSchedule.Default,
-    TaskOperations.Default,
-    OutputDownloader.Default,
-    OutputWork.Default
-  )),
-  Layer.provide(Layer.mergeAll(ObjectStore.layerFromEnv, Redis.layerFromEnv, NodeHttpClient.layerUndici))
-)
+export const layerLifecycleWith = <E>(objectStore: Layer.Layer<ObjectStoreTag, E>) =>
+  TaskLifecycle.Default.pipe(
+    Layer.provide(Layer.mergeAll(
+      ProviderClients.Default,
+      ProviderQuota.Default,
+      AttemptSchedule.Default,
+      TaskOperations.Default,
+      OutputDownloader.Default,
+      OutputWork.Default
+    )),
+    Layer.provide(Layer.mergeAll(objectStore, Redis.layerFromEnv, NodeHttpClient.layerUndici))
+  )
+
+/** The lifecycle on the object store the settings name (ObjectStoreLive.ts). */
+export const layerLifecycle = layerLifecycleWith(ObjectStore.layerFromEnv)
 
 /** `layer` in a process with the role, nothing otherwise. Only for layers that provide nothing others need. */
 const when = <E, R>(role: boolean, layer: Layer.Layer<never, E, R>): Layer.Layer<never, E, R> =>
@@ -182,9 +188,15 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OpsPageLive)),
+  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OutputsHttpLive, OpsPageLive)),
   Layer.provide(
-    Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
+    Layer.mergeAll(
+      FenceControl.Default,
+      OperatorAudit.Default,
+      OperatorQueues.Default,
+      InboxAdmin.Default,
+      TaskOperations.Default
+    )
   ),
   Layer.provide(Layer.mergeAll(TaskSnapshots.Default, AuthenticationLive, OperatorAuthenticationLive))
 )

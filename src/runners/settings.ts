@@ -11,6 +11,7 @@ import { HealthSettings } from "../http/Health.js"
 import { InboxSettings } from "../intake/inboxSettings.js"
 import { WebhookSettings } from "../intake/Webhooks.js"
 import { MetricsSettings } from "../observability/metricsSettings.js"
+import { ObjectStoreSettings } from "../output/objectStoreSettings.js"
 import { OutputSettings } from "../output/outputSettings.js"
 import { DatabaseSettings } from "../persistence/Database.js"
 import { EventRetentionSettings } from "../persistence/EventRetention.js"
@@ -50,6 +51,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   ReconcilerSettings,
   QuotaSettings,
   OutputSettings,
+  ObjectStoreSettings,
   WebhookSettings,
   InboxSettings,
   RedisSettings,

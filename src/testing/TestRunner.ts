@@ -8,9 +8,10 @@ import * as path from "node:path"
 import { makeParkedTasks } from "../entities/ParkedTasks.js"
 import { TaskLifecycle } from "../entities/TaskLifecycle.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
+import type { ObjectStore } from "../output/ObjectStore.js"
 import * as Database from "../persistence/Database.js"
 import { layerPropagationMemory } from "../propagation/Propagation.js"
-import { layerHttpApp, layerLifecycle, layerRunnerWith, layerStores } from "../runners/Runner.js"
+import { layerHttpApp, layerLifecycle, layerLifecycleWith, layerRunnerWith, layerStores } from "../runners/Runner.js"
 import { RunnerConfig } from "../runners/RunnerConfig.js"
 
 /**
@@ -92,6 +93,8 @@ export interface TestRunnerOptions<E, R> {
    * e.g. the simulator (`src/testing/Simulator.ts`); by default they only apply what they are sent.
    */
   readonly lifecycle?: boolean
+  /** With `lifecycle`, the object store outputs go to; the one the settings name by default (OBJECT_STORE…). */
+  readonly objectStore?: Layer.Layer<ObjectStore, unknown>
   /** Propagation (outbox relay, dispatcher): the in-process queue and bus unless another is given. */
   readonly propagation?: Layer.Layer<never, unknown, unknown>
   /** The cluster runner's port; a free one by default. */
@@ -114,7 +117,12 @@ export const layerTestRunner = <E = never, R = never>(options: TestRunnerOptions
     ).pipe(Effect.orDie)
     const propagation = (options.propagation ?? layerPropagationMemory) as typeof layerPropagationMemory
     const database = (options.database ?? layerEmbeddedDatabase) as Layer.Layer<Database.Sql, E, R>
-    return layerRunnerWith(c, options.lifecycle === true ? layerLifecycle : layerLifecycleDisabled, propagation).pipe(
+    const lifecycle = options.lifecycle !== true
+      ? layerLifecycleDisabled
+      : options.objectStore === undefined
+      ? layerLifecycle
+      : layerLifecycleWith(options.objectStore)
+    return layerRunnerWith(c, lifecycle, propagation).pipe(
       Layer.provideMerge(layerStores(database))
     )
   })).pipe(Layer.provide(withSettings(options.settings ?? {})))

@@ -1,4 +1,5 @@
 import { ConfigProvider, Effect, Layer, Redacted, Scope } from "effect"
+import type { ObjectStore } from "../../src/output/ObjectStore.js"
 import * as Database from "../../src/persistence/Database.js"
 import type { layerPropagationMemory } from "../../src/propagation/Propagation.js"
 import { layerRunnerWith, layerStores } from "../../src/runners/Runner.js"
@@ -23,6 +24,7 @@ export const layerTestRunner = <E, R>(
   database: Layer.Layer<Database.Sql, E, R>,
   options: {
     readonly lifecycle?: boolean
+    readonly objectStore?: Layer.Layer<ObjectStore, unknown>
     readonly propagation?: typeof layerPropagationMemory
     readonly settings?: Readonly<Record<string, string>>
   } = {}
