@@ -1,19 +1,79 @@
-import { Context, Duration, Effect, Layer, Option, Queue, Redacted } from "effect"
+import { Config, ConfigError, Context, Duration, Effect, Either, Layer, Metric, Option, Queue, Redacted } from "effect"
 import { Redis as IORedis, type RedisOptions } from "ioredis"
 import * as S from "../config/Settings.js"
+import { redisConnections, redisMasterSwitches } from "../observability/metrics.js"
 
-export const RedisSettings = S.area("Redis", "the shared Redis of quotas and the notification bus", {
+const settings = S.area("Redis", "the shared Redis of quotas and the notification bus", {
   url: S.secret(
     "REDIS_URL",
     "Redis shared by all runners (quotas, notification bus); unset or empty: in-process quotas and bus (one runner)"
   ),
+  sentinels: S.hostPorts(
+    "REDIS_SENTINELS",
+    "Redis Sentinels (`host:port,…`) that name the current master of REDIS_MASTER_NAME, instead of REDIS_URL: every " +
+      "connection follows a failover to the new master"
+  ),
+  masterName: S.string("REDIS_MASTER_NAME", "the master's name at the Sentinels (with REDIS_SENTINELS)", "mymaster"),
+  password: S.secret("REDIS_PASSWORD", "password of the master and replicas (with REDIS_SENTINELS; a URL has its own)"),
+  sentinelPassword: S.secret("REDIS_SENTINEL_PASSWORD", "password of the Sentinels (with REDIS_SENTINELS)"),
   keyPrefix: S.string("REDIS_KEY_PREFIX", "prefix of every key and channel, so deployments can share a Redis", "tcp:")
 })
 
+/** Where Redis is: one server, or the master the Sentinels name. */
+export type RedisTarget =
+  | { readonly _tag: "Url"; readonly url: string }
+  | {
+    readonly _tag: "Sentinel"
+    readonly sentinels: ReadonlyArray<S.HostPort>
+    readonly masterName: string
+    readonly password: Option.Option<Redacted.Redacted>
+    readonly sentinelPassword: Option.Option<Redacted.Redacted>
+  }
+
+const nonEmpty = (secret: Option.Option<Redacted.Redacted>) =>
+  Option.filter(Option.map(secret, Redacted.value), (s) => s.trim().length > 0)
+
 /**
- * The shared Redis connection, if one is configured. Without REDIS_URL (the embedded, single-process default)
- * the client is None and every user falls back to in-process state. Only a connection holder: users define their
- * own scripts and subscriptions on it.
+ * The settings and the target they name (None: no shared Redis). One server and Sentinels at once is refused with
+ * one line, and so are the Sentinel passwords without Sentinels (they would be ignored silently).
+ */
+export const RedisSettings: S.Area<S.AreaOf<typeof settings> & { readonly target: Option.Option<RedisTarget> }> = {
+  ...settings,
+  config: settings.config.pipe(Config.mapOrFail((c) => {
+    const url = nonEmpty(c.url)
+    const invalid = (message: string) => Either.left(ConfigError.InvalidData([], message))
+    if (c.sentinels.length > 0) {
+      if (Option.isSome(url)) {
+        return invalid(
+          "REDIS_URL and REDIS_SENTINELS are both set: set REDIS_URL for one Redis server, or REDIS_SENTINELS " +
+            "(with REDIS_MASTER_NAME) for Sentinel, not both"
+        )
+      }
+      const target: RedisTarget = {
+        _tag: "Sentinel",
+        sentinels: c.sentinels,
+        masterName: c.masterName,
+        password: c.password,
+        sentinelPassword: c.sentinelPassword
+      }
+      return Either.right({ ...c, target: Option.some(target) })
+    }
+    for (const [name, value] of [["REDIS_PASSWORD", c.password], ["REDIS_SENTINEL_PASSWORD", c.sentinelPassword]]) {
+      if (Option.isSome(value as Option.Option<unknown>)) {
+        return invalid(`${name}: only used with REDIS_SENTINELS (a REDIS_URL carries its own password)`)
+      }
+    }
+    return Either.right({
+      ...c,
+      target: Option.map(url, (u): RedisTarget => ({ _tag: "Url", url: u }))
+    })
+  }))
+}
+
+/**
+ * The shared Redis connection, if one is configured. Without REDIS_URL or REDIS_SENTINELS (the embedded,
+ * single-process default) the client is None and every user falls back to in-process state. Only a connection
+ * holder: users define their own scripts and subscriptions on it.
  */
 export class Redis extends Context.Tag("Redis")<Redis, {
   readonly client: Option.Option<IORedis>
@@ -34,17 +94,29 @@ const safeUrl = (url: string) => {
   }
 }
 
+/** The target for logs, without passwords. */
+const describeTarget = (target: RedisTarget) =>
+  target._tag === "Url"
+    ? safeUrl(target.url)
+    : `sentinel master ${target.masterName} via ${target.sentinels.map((s) => `${s.host}:${s.port}`).join(",")}`
+
 /**
  * A connection of the caller's own, closed with the scope: connection errors logged at most once per
- * ERROR_LOG_INTERVAL, and a short wait for the first connection.
+ * ERROR_LOG_INTERVAL, every (re)connection counted, a log line when it finds another master than before (a Sentinel
+ * failover), and a short wait for the first connection.
  */
-const own = (label: string, create: () => IORedis) =>
+const own = (connection: string, target: string, create: () => IORedis) =>
   Effect.gen(function*() {
-    // connection errors arrive on an event emitter, outside any fiber: the listener only records them and wakes
-    // a scoped fiber, which logs at most once per ERROR_LOG_INTERVAL (Redis down means an error every retry)
+    // connection events arrive on an event emitter, outside any fiber: the listeners only record them and wake
+    // scoped fibers, one logs errors at most once per ERROR_LOG_INTERVAL (Redis down means an error every retry),
+    // the other every master switch
     const wake = yield* Queue.sliding<void>(1)
+    const switches = yield* Queue.unbounded<{ readonly from: string; readonly to: string }>()
     let lastError: unknown = undefined
     let suppressed = 0
+    let master: string | undefined
+    const connected = Metric.tagged(redisConnections, "connection", connection)
+    const switched = Metric.tagged(redisMasterSwitches, "connection", connection)
     const client = yield* Effect.acquireRelease(
       Effect.sync(() => {
         const client = create()
@@ -52,6 +124,15 @@ const own = (label: string, create: () => IORedis) =>
           lastError = error
           suppressed++
           Queue.unsafeOffer(wake, undefined)
+        })
+        client.on("ready", () => {
+          connected.unsafeUpdate(1, [])
+          const address = `${client.stream?.remoteAddress}:${client.stream?.remotePort}`
+          if (master !== undefined && master !== address) {
+            switched.unsafeUpdate(1, [])
+            Queue.unsafeOffer(switches, { from: master, to: address })
+          }
+          master = address
         })
         return client
       }),
@@ -62,15 +143,25 @@ const own = (label: string, create: () => IORedis) =>
           Effect.ensuring(Effect.sync(() => client.disconnect()))
         )
     )
+    const annotations = { redis: target, connection }
     yield* Effect.gen(function*() {
       yield* Queue.take(wake)
       const count = suppressed
       suppressed = 0
       yield* Effect.logWarning("Redis connection error").pipe(
-        Effect.annotateLogs({ redis: label, error: String(lastError), errors_since_last_log: count })
+        Effect.annotateLogs({ ...annotations, error: String(lastError), errors_since_last_log: count })
       )
       yield* Effect.sleep(ERROR_LOG_INTERVAL)
     }).pipe(Effect.forever, Effect.forkScoped)
+    yield* Queue.take(switches).pipe(
+      Effect.flatMap(({ from, to }) =>
+        Effect.logWarning(`Redis master switched: ${from} → ${to}`).pipe(
+          Effect.annotateLogs({ ...annotations, from, to })
+        )
+      ),
+      Effect.forever,
+      Effect.forkScoped
+    )
     // a booting runner waits (briefly) for its first connection rather than starting on the local fallbacks;
     // an unreachable Redis answers with an error at once or after connectTimeout, and then it carries on
     yield* Effect.async<void>((resume) => {
@@ -90,40 +181,98 @@ const own = (label: string, create: () => IORedis) =>
     return client
   })
 
-const connect = (url: string) =>
-  own(safeUrl(url), () =>
-    new IORedis(url, {
-      lazyConnect: false,
-      enableOfflineQueue: false, // fail fast when down: callers have a local fallback, a queue only adds delay
-      maxRetriesPerRequest: 1,
-      connectTimeout: CONNECT_TIMEOUT_MS,
-      retryStrategy: (times) => Math.min(200 * times, 2_000) // forever, at most 2 s apart
-    }))
+/** Each client's target as logs show it, so that its duplicates are described the same way. */
+const targets = new WeakMap<IORedis, string>()
+
+const options = (target: RedisTarget): RedisOptions => ({
+  lazyConnect: false,
+  enableOfflineQueue: false, // fail fast when down: callers have a local fallback, a queue only adds delay
+  maxRetriesPerRequest: 1,
+  connectTimeout: CONNECT_TIMEOUT_MS,
+  retryStrategy: (times) => Math.min(200 * times, 2_000), // forever, at most 2 s apart
+  // a demoted master (a failover the client has not noticed yet) refuses writes with READONLY: the command fails
+  // (its caller falls back) and the client reconnects, which asks the Sentinels for the master again
+  reconnectOnError: (error) => error.message.startsWith("READONLY"),
+  ...(target._tag === "Url" ? {} : {
+    sentinels: target.sentinels.map((s) => ({ host: s.host, port: s.port })),
+    name: target.masterName,
+    role: "master" as const,
+    ...Option.match(Option.map(target.password, Redacted.value), {
+      onNone: () => ({}),
+      onSome: (password) => ({ password })
+    }),
+    ...Option.match(Option.map(target.sentinelPassword, Redacted.value), {
+      onNone: () => ({}),
+      onSome: (sentinelPassword) => ({ sentinelPassword })
+    }),
+    // a silent Sentinel is skipped after this, not waited for
+    sentinelCommandTimeout: CONNECT_TIMEOUT_MS,
+    sentinelRetryStrategy: (times: number) => Math.min(200 * times, 2_000), // all Sentinels down: forever, ≤ 2 s
+    // listen for the Sentinels' +switch-master and reconnect at once, rather than when the old master drops us
+    failoverDetector: true
+  })
+})
+
+const connect = (target: RedisTarget) =>
+  own("main", describeTarget(target), () => {
+    const client = target._tag === "Url" ? new IORedis(target.url, options(target)) : new IORedis(options(target))
+    targets.set(client, describeTarget(target))
+    return client
+  })
 
 /**
  * A second connection with the options of `client` (and `overrides`), e.g. for subscriber mode, in which a
- * connection can run no other command; closed when the scope closes.
+ * connection can run no other command; it follows a Sentinel failover like `client`. `connection` names it in logs
+ * and metrics (a small fixed set). Closed when the scope closes.
  */
-export const duplicate = (client: IORedis, overrides: Partial<RedisOptions> = {}) =>
-  own(`redis://${client.options.host}:${client.options.port}`, () => client.duplicate(overrides))
+export const duplicate = (client: IORedis, connection: string, overrides: Partial<RedisOptions> = {}) =>
+  own(
+    connection,
+    targets.get(client) ?? `redis://${client.options.host}:${client.options.port}`,
+    () => client.duplicate(overrides)
+  )
 
-const make = (url: Option.Option<string>, keyPrefix: string) =>
+const make = (target: Option.Option<RedisTarget>, keyPrefix: string) =>
   Effect.map(
-    Option.match(url, {
+    Option.match(target, {
       onNone: () => Effect.succeed(Option.none<IORedis>()),
-      onSome: (u) => Effect.asSome(connect(u))
+      onSome: (t) => Effect.asSome(connect(t))
     }),
     (client) => Redis.of({ client, keyPrefix })
   )
 
-/** Redis from REDIS_URL (optional) and REDIS_KEY_PREFIX; the connection is closed when the scope closes. */
+/**
+ * Redis from REDIS_URL or REDIS_SENTINELS (optional) and REDIS_KEY_PREFIX; the connection is closed when the scope
+ * closes.
+ */
 export const layerFromEnv: Layer.Layer<Redis> = Layer.scoped(
   Redis,
   Effect.gen(function*() {
-    const { keyPrefix, url } = yield* RedisSettings.config
-    return yield* make(Option.filter(Option.map(url, Redacted.value), (u) => u.length > 0), keyPrefix)
+    const { keyPrefix, target } = yield* RedisSettings.config
+    return yield* make(target, keyPrefix)
   }).pipe(Effect.orDie)
 )
 
+/** One Redis server at `url`. */
 export const layer = (url: string, keyPrefix: string): Layer.Layer<Redis> =>
-  Layer.scoped(Redis, make(Option.some(url), keyPrefix))
+  Layer.scoped(Redis, make(Option.some({ _tag: "Url", url }), keyPrefix))
+
+/** The master the Sentinels name (`sentinels` as `host:port`), for tests and tools. */
+export const layerSentinel = (
+  sentinels: ReadonlyArray<S.HostPort>,
+  masterName: string,
+  keyPrefix: string
+): Layer.Layer<Redis> =>
+  Layer.scoped(
+    Redis,
+    make(
+      Option.some({
+        _tag: "Sentinel",
+        sentinels,
+        masterName,
+        password: Option.none(),
+        sentinelPassword: Option.none()
+      }),
+      keyPrefix
+    )
+  )
