@@ -82,6 +82,7 @@ export class Redis extends Context.Tag("Redis")<Redis, {
 
 const ERROR_LOG_INTERVAL = Duration.seconds(30)
 const CONNECT_TIMEOUT_MS = 2_000
+const RESTART_DELAY_MS = 1_000
 
 /** The URL without its password, for logs. */
 const safeUrl = (url: string) => {
@@ -117,9 +118,18 @@ const own = (connection: string, target: string, create: () => IORedis) =>
     let master: string | undefined
     const connected = Metric.tagged(redisConnections, "connection", connection)
     const switched = Metric.tagged(redisMasterSwitches, "connection", connection)
+    let closing = false
     const client = yield* Effect.acquireRelease(
       Effect.sync(() => {
         const client = create()
+        // ioredis gives up on a connection only when a connect is aborted or its retry strategy says so (ours never
+        // does): a connection that ends without our asking starts again, so that no caller is left without Redis
+        client.on("end", () => {
+          if (closing) return
+          lastError = "the connection ended: reconnecting"
+          Queue.unsafeOffer(wake, undefined)
+          setTimeout(() => closing || client.connect().catch(() => undefined), RESTART_DELAY_MS)
+        })
         client.on("error", (error: unknown) => {
           lastError = error
           suppressed++
@@ -137,7 +147,10 @@ const own = (connection: string, target: string, create: () => IORedis) =>
         return client
       }),
       (client) =>
-        Effect.tryPromise(() => client.quit()).pipe(
+        Effect.tryPromise(() => {
+          closing = true
+          return client.quit()
+        }).pipe(
           Effect.timeout(Duration.seconds(1)),
           Effect.ignore,
           Effect.ensuring(Effect.sync(() => client.disconnect()))
@@ -207,9 +220,11 @@ const options = (target: RedisTarget): RedisOptions => ({
     }),
     // a silent Sentinel is skipped after this, not waited for
     sentinelCommandTimeout: CONNECT_TIMEOUT_MS,
-    sentinelRetryStrategy: (times: number) => Math.min(200 * times, 2_000), // all Sentinels down: forever, ≤ 2 s
-    // listen for the Sentinels' +switch-master and reconnect at once, rather than when the old master drops us
-    failoverDetector: true
+    sentinelRetryStrategy: (times: number) => Math.min(200 * times, 2_000) // all Sentinels down: forever, ≤ 2 s
+    // no `failoverDetector`: a +switch-master that arrives while the client is reconnecting (its master was killed)
+    // aborts that connect, and ioredis 5.11 then ends the client for good ("Connection is closed." for ever after:
+    // seen in test/integration/sentinel.test.ts). It is not needed either: the Sentinels close the clients of a
+    // demoted master (CLIENT KILL), a dead one closes itself, and each reconnect asks the Sentinels again.
   })
 })
 
