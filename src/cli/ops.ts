@@ -4,6 +4,7 @@ import { Console, Effect, Logger, LogLevel } from "effect"
 import { AdminClient, describeFailure, layerAdminClient } from "./ops/AdminClient.js"
 import { clusterCommands } from "./ops/clusterCommands.js"
 import { operationsCommands } from "./ops/operationsCommands.js"
+import { redisCommands } from "./ops/redisCommands.js"
 
 /**
  * npm run ops -- <command>: operate a running runner through its admin API (OPS_URL, OPS_TOKEN). Every command has
@@ -18,7 +19,7 @@ const whoami = Command.make("whoami", {}, () =>
 
 const ops = Command.make("ops").pipe(
   Command.withDescription("operate the task-status control plane through a runner's admin API"),
-  Command.withSubcommands([whoami, ...clusterCommands, ...operationsCommands])
+  Command.withSubcommands([whoami, ...clusterCommands, ...operationsCommands, ...redisCommands])
 )
 
 const cli = Command.run(ops, { name: "ops", version: "0.1.0" })

@@ -2,6 +2,7 @@ import { HttpApi, OpenApi } from "@effect/platform"
 import { AdminApi } from "./admin/AdminApi.js"
 import { ClusterApi } from "./admin/ClusterApi.js"
 import { OperationsApi } from "./admin/OperationsApi.js"
+import { RedisApi } from "./admin/RedisApi.js"
 import { ProjectsApi } from "./ProjectsApi.js"
 import { SessionApi } from "./SessionApi.js"
 import { TasksApi } from "./TasksApi.js"
@@ -13,6 +14,7 @@ export class ControlPlaneApi extends HttpApi.make("control-plane")
   .add(AdminApi)
   .add(ClusterApi)
   .add(OperationsApi)
+  .add(RedisApi)
   .annotate(OpenApi.Title, "Task-status control plane")
   .annotate(OpenApi.Description, "Create, read and cancel AI-video generation tasks; follow their events.")
 {}

@@ -1,74 +1,10 @@
-import { Config, ConfigError, Context, Duration, Effect, Either, Layer, Metric, Option, Queue, Redacted } from "effect"
+import { Context, Duration, Effect, Layer, Metric, Option, Queue, Redacted } from "effect"
 import { Redis as IORedis, type RedisOptions } from "ioredis"
-import * as S from "../config/Settings.js"
+import type * as S from "../config/Settings.js"
 import { redisConnections, redisMasterSwitches } from "../observability/metrics.js"
+import { describeTarget, RedisSettings, type RedisTarget } from "./RedisSettings.js"
 
-const settings = S.area("Redis", "the shared Redis of quotas and the notification bus", {
-  url: S.secret(
-    "REDIS_URL",
-    "Redis shared by all runners (quotas, notification bus); unset or empty: in-process quotas and bus (one runner)"
-  ),
-  sentinels: S.hostPorts(
-    "REDIS_SENTINELS",
-    "Redis Sentinels (`host:port,…`) that name the current master of REDIS_MASTER_NAME, instead of REDIS_URL: every " +
-      "connection follows a failover to the new master"
-  ),
-  masterName: S.string("REDIS_MASTER_NAME", "the master's name at the Sentinels (with REDIS_SENTINELS)", "mymaster"),
-  password: S.secret("REDIS_PASSWORD", "password of the master and replicas (with REDIS_SENTINELS; a URL has its own)"),
-  sentinelPassword: S.secret("REDIS_SENTINEL_PASSWORD", "password of the Sentinels (with REDIS_SENTINELS)"),
-  keyPrefix: S.string("REDIS_KEY_PREFIX", "prefix of every key and channel, so deployments can share a Redis", "tcp:")
-})
-
-/** Where Redis is: one server, or the master the Sentinels name. */
-export type RedisTarget =
-  | { readonly _tag: "Url"; readonly url: string }
-  | {
-    readonly _tag: "Sentinel"
-    readonly sentinels: ReadonlyArray<S.HostPort>
-    readonly masterName: string
-    readonly password: Option.Option<Redacted.Redacted>
-    readonly sentinelPassword: Option.Option<Redacted.Redacted>
-  }
-
-const nonEmpty = (secret: Option.Option<Redacted.Redacted>) =>
-  Option.filter(Option.map(secret, Redacted.value), (s) => s.trim().length > 0)
-
-/**
- * The settings and the target they name (None: no shared Redis). One server and Sentinels at once is refused with
- * one line, and so are the Sentinel passwords without Sentinels (they would be ignored silently).
- */
-export const RedisSettings: S.Area<S.AreaOf<typeof settings> & { readonly target: Option.Option<RedisTarget> }> = {
-  ...settings,
-  config: settings.config.pipe(Config.mapOrFail((c) => {
-    const url = nonEmpty(c.url)
-    const invalid = (message: string) => Either.left(ConfigError.InvalidData([], message))
-    if (c.sentinels.length > 0) {
-      if (Option.isSome(url)) {
-        return invalid(
-          "REDIS_URL and REDIS_SENTINELS are both set: set REDIS_URL for one Redis server, or REDIS_SENTINELS " +
-            "(with REDIS_MASTER_NAME) for Sentinel, not both"
-        )
-      }
-      const target: RedisTarget = {
-        _tag: "Sentinel",
-        sentinels: c.sentinels,
-        masterName: c.masterName,
-        password: c.password,
-        sentinelPassword: c.sentinelPassword
-      }
-      return Either.right({ ...c, target: Option.some(target) })
-    }
-    for (const [name, value] of [["REDIS_PASSWORD", c.password], ["REDIS_SENTINEL_PASSWORD", c.sentinelPassword]]) {
-      if (Option.isSome(value as Option.Option<unknown>)) {
-        return invalid(`${name}: only used with REDIS_SENTINELS (a REDIS_URL carries its own password)`)
-      }
-    }
-    return Either.right({
-      ...c,
-      target: Option.map(url, (u): RedisTarget => ({ _tag: "Url", url: u }))
-    })
-  }))
-}
+export { RedisSettings, type RedisTarget } from "./RedisSettings.js"
 
 /**
  * The shared Redis connection, if one is configured. Without REDIS_URL or REDIS_SENTINELS (the embedded,
@@ -84,22 +20,21 @@ const ERROR_LOG_INTERVAL = Duration.seconds(30)
 const CONNECT_TIMEOUT_MS = 2_000
 const RESTART_DELAY_MS = 1_000
 
-/** The URL without its password, for logs. */
-const safeUrl = (url: string) => {
-  try {
-    const u = new URL(url)
-    u.password = ""
-    return u.toString()
-  } catch {
-    return "<unparsable REDIS_URL>"
-  }
+/** What an operator sees of one of this process's Redis connections (GET /admin/redis). */
+export interface ConnectionState {
+  readonly connection: string
+  readonly target: string
+  /** ioredis' status: ready, connecting, reconnecting, … */
+  readonly status: string
+  /** the server it is (or was last) connected to, host:port */
+  readonly master: string | null
+  readonly connects: number
+  readonly masterSwitches: number
 }
 
-/** The target for logs, without passwords. */
-const describeTarget = (target: RedisTarget) =>
-  target._tag === "Url"
-    ? safeUrl(target.url)
-    : `sentinel master ${target.masterName} via ${target.sentinels.map((s) => `${s.host}:${s.port}`).join(",")}`
+/** This process's open connections (a registry like the metrics': one per process, read by the admin API). */
+const open = new Set<() => ConnectionState>()
+export const connectionStates = (): ReadonlyArray<ConnectionState> => [...open].map((state) => state())
 
 /**
  * A connection of the caller's own, closed with the scope: connection errors logged at most once per
@@ -116,6 +51,8 @@ const own = (connection: string, target: string, create: () => IORedis) =>
     let lastError: unknown = undefined
     let suppressed = 0
     let master: string | undefined
+    let connects = 0
+    let masterSwitches = 0
     const connected = Metric.tagged(redisConnections, "connection", connection)
     const switched = Metric.tagged(redisMasterSwitches, "connection", connection)
     let closing = false
@@ -137,9 +74,11 @@ const own = (connection: string, target: string, create: () => IORedis) =>
         })
         client.on("ready", () => {
           connected.unsafeUpdate(1, [])
+          connects++
           const address = `${client.stream?.remoteAddress}:${client.stream?.remotePort}`
           if (master !== undefined && master !== address) {
             switched.unsafeUpdate(1, [])
+            masterSwitches++
             Queue.unsafeOffer(switches, { from: master, to: address })
           }
           master = address
@@ -156,6 +95,15 @@ const own = (connection: string, target: string, create: () => IORedis) =>
           Effect.ensuring(Effect.sync(() => client.disconnect()))
         )
     )
+    const state = (): ConnectionState => ({
+      connection,
+      target,
+      status: client.status,
+      master: master ?? null,
+      connects,
+      masterSwitches
+    })
+    yield* Effect.acquireRelease(Effect.sync(() => open.add(state)), () => Effect.sync(() => open.delete(state)))
     const annotations = { redis: target, connection }
     yield* Effect.gen(function*() {
       yield* Queue.take(wake)

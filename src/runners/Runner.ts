@@ -24,6 +24,7 @@ import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
 import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
+import { RedisHttpLive } from "../http/admin/RedisHttp.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
@@ -182,7 +183,7 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OpsPageLive)),
+  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, RedisHttpLive, OpsPageLive)),
   Layer.provide(
     Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
   ),

@@ -1,18 +1,26 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { ConfigProvider, Context, Duration, Effect, Fiber, Layer, Logger, LogLevel, Metric } from "effect"
 import * as Bus from "../../src/bus/NotificationBus.js"
+import { TokenSigner } from "../../src/http/Auth.js"
 import { redisMasterSwitches } from "../../src/observability/metrics.js"
 import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { layerMemory as queueMemory } from "../../src/queue/MemoryQueue.js"
 import { ProviderQuota } from "../../src/quota/ProviderQuota.js"
 import * as Redis from "../../src/redis/Redis.js"
-import { until as untilAnswer } from "../support/admin.js"
+import { admin, runOps, until as untilAnswer } from "../support/admin.js"
 import { collect, eventually } from "../support/busCases.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
 import { until } from "../support/propagation.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
-import { hasSentinel, layerSentinels, MASTER_NAME, Sentinels, startSentinelSet } from "../support/sentinel.js"
+import {
+  hasSentinel,
+  layerSentinels,
+  MASTER_NAME,
+  Sentinels,
+  type SentinelSet,
+  startSentinelSet
+} from "../support/sentinel.js"
 import { layerRunnerHttp } from "../support/simulator.js"
 import { openSse, payloads, seqOf } from "../support/sse.js"
 import {
@@ -115,17 +123,23 @@ describe.skipIf(!hasSentinel)("Redis Sentinel: quotas", () => {
 const port = await Effect.runPromise(freePort)
 const eventsUrl = (projectId: string) => `http://127.0.0.1:${port}/v1/projects/${projectId}/events`
 
+/** The runner's settings: the stream tests' and the Sentinels (what GET /admin/redis reports). */
+const sentinelSettings = (set: SentinelSet) => ({
+  ...streamSettings,
+  REDIS_URL: "", // over the test run's own (it is one or the other)
+  REDIS_SENTINELS: set.sentinels.map((s) => `${s.host}:${s.port}`).join(","),
+  REDIS_MASTER_NAME: MASTER_NAME
+})
+
 /** A runner with its HTTP gateway, propagation on the in-process queue and the Redis bus behind the Sentinels. */
 const layerSentinelRunner = Layer.unwrapEffect(Effect.map(Sentinels, (set) => {
   const bus = Bus.layerRedis.pipe(Layer.provide(Redis.layerSentinel(set.sentinels, MASTER_NAME, uniquePrefix())))
   return layerRunnerHttp(port).pipe(
-    Layer.provideMerge(layerTestRunner(layerTestDatabase(16), { propagation: layerPropagationWith(queueMemory, bus) }))
+    Layer.provideMerge(layerTestRunner(layerTestDatabase(16), { propagation: layerPropagationWith(queueMemory, bus) })),
+    Layer.provide(quietLogs),
+    Layer.provide(withSettings(sentinelSettings(set)))
   )
-})).pipe(
-  Layer.provideMerge(layerSentinels),
-  Layer.provide(quietLogs),
-  Layer.provide(withSettings(streamSettings))
-)
+})).pipe(Layer.provideMerge(layerSentinels))
 
 describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bus and a browser stream", () => {
   layer(layerSentinelRunner, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
@@ -185,6 +199,28 @@ describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bu
         yield* bus.publish("probe", "after the switch")
         yield* eventually(() => expect(probe).toEqual(["before the switch", "<gap>", "after the switch"]), "10 seconds")
         client.close()
+
+        // what an operator sees: the runner's connections on the master the Sentinels name, each switch counted
+        const newMaster = `127.0.0.1:${to}`
+        const token = yield* Effect.flatMap(TokenSigner, (s) => s.signOperator("sentinel-test"))
+        const { body, status } = yield* admin(port, token, "/admin/redis")
+        expect({ status, body }).toMatchObject({ status: 200 })
+        expect(body).toMatchObject({ mode: "sentinel", sentinel_master: newMaster })
+        const connections =
+          (body as { connections: Array<{ connection: string; master: string; master_switches: number }> })
+            .connections
+        expect(connections.find((c) => c.connection === "bus-subscriber")).toMatchObject({
+          master: newMaster,
+          master_switches: 1
+        })
+        expect(connections.find((c) => c.connection === "main")).toMatchObject({
+          master: newMaster,
+          master_switches: 1
+        })
+        const ops = yield* runOps(["redis", "status"], { OPS_URL: `http://127.0.0.1:${port}`, OPS_TOKEN: token })
+        expect(ops.stderr).toBe("")
+        expect(ops.stdout).toContain(`the Sentinels name ${newMaster}`)
+        expect(ops.stdout).toMatch(new RegExp(`bus-subscriber\\s+ready\\s+${newMaster}\\s+\\d+\\s+1`))
       }).pipe(Effect.scoped))
   })
 })
