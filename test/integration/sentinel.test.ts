@@ -143,84 +143,91 @@ const layerSentinelRunner = Layer.unwrapEffect(Effect.map(Sentinels, (set) => {
 
 describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bus and a browser stream", () => {
   layer(layerSentinelRunner, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
-    it.effect("a failover under a stream: no event lost, and the bus resubscribes on the new master", () =>
-      Effect.gen(function*() {
-        const set = yield* Sentinels
-        const bus = yield* Bus.NotificationBus
-        const { projectId, tasks } = yield* projectWithTasks(2)
-        const start = yield* headOf(projectId)
-        const client = yield* openSse(eventsUrl(projectId), bearer(yield* tokenFor()))
-        yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 1 })
-        yield* until("the first live event", () => payloads(client).length === 1)
-        const channel = `*project:${projectId}`
-        const channelsOn = (master: number) =>
-          Effect.scoped(Effect.flatMap(
-            set.connect(master),
-            (c) => Effect.promise(() => c.pubsub("CHANNELS", channel) as Promise<Array<string>>)
-          ))
-        expect(yield* channelsOn(yield* set.master)).toHaveLength(1)
-        // a subscriber of the bus itself, from before the switch
-        const probe = yield* collect(yield* bus.subscribe("probe"))
-        yield* bus.publish("probe", "before the switch")
-        yield* eventually(() => expect(probe).toEqual(["before the switch"]))
+    it.effect(
+      "a failover under a stream: no event lost, and the bus resubscribes on the new master",
+      () =>
+        Effect.gen(function*() {
+          const set = yield* Sentinels
+          const bus = yield* Bus.NotificationBus
+          const { projectId, tasks } = yield* projectWithTasks(2)
+          const start = yield* headOf(projectId)
+          const client = yield* openSse(eventsUrl(projectId), bearer(yield* tokenFor()))
+          yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 1 })
+          yield* until("the first live event", () => payloads(client).length === 1)
+          const channel = `*project:${projectId}`
+          const channelsOn = (master: number) =>
+            Effect.scoped(Effect.flatMap(
+              set.connect(master),
+              (c) => Effect.promise(() => c.pubsub("CHANNELS", channel) as Promise<Array<string>>)
+            ))
+          expect(yield* channelsOn(yield* set.master)).toHaveLength(1)
+          // a subscriber of the bus itself, from before the switch
+          const probe = yield* collect(yield* bus.subscribe("probe"))
+          yield* bus.publish("probe", "before the switch")
+          yield* eventually(() => expect(probe).toEqual(["before the switch"]))
 
-        // a writer commits all along, before, during and after the switch
-        let committed = 0
-        let stop = false
-        const writer = yield* Effect.gen(function*() {
-          while (!stop) {
-            yield* commitChange(tasks[committed % 2]!, {
-              status: "running",
-              stage: "generating",
-              progress: 2 + committed
-            })
-            committed++
-            yield* Effect.sleep(Duration.millis(20))
-          }
-        }).pipe(Effect.fork)
-        const { to } = yield* set.failover
-        const atSwitch = committed
-        yield* until("commits after the switch", () => committed >= atSwitch + 20)
-        stop = true
-        yield* Fiber.join(writer)
+          // a writer commits all along, before, during and after the switch
+          let committed = 0
+          let stop = false
+          const writer = yield* Effect.gen(function*() {
+            while (!stop) {
+              yield* commitChange(tasks[committed % 2]!, {
+                status: "running",
+                stage: "generating",
+                progress: 2 + committed
+              })
+              committed++
+              yield* Effect.sleep(Duration.millis(20))
+            }
+          }).pipe(Effect.fork)
+          const { to } = yield* set.failover
+          const atSwitch = committed
+          yield* until("commits after the switch", () => committed >= atSwitch + 20)
+          stop = true
+          yield* Fiber.join(writer)
 
-        // the stream: every stored event, in order, none twice
-        const stored = yield* storedEvents(projectId, start.seq)
-        yield* until("every stored event on the stream", () => payloads(client).length >= stored.length)
-        const got = payloads(client)
-        expect(got.map((e) => seqOf(e.id))).toEqual(stored.map((r) => Number(r.cursor_seq)))
-        expect(got.map((e) => `${e.task_id}@${e.task_version}`)).toEqual(
-          stored.map((r) => `${r.task_id}@${Number(r.task_version)}`)
-        )
+          // the stream: every stored event, in order, none twice
+          const stored = yield* storedEvents(projectId, start.seq)
+          yield* until("every stored event on the stream", () => payloads(client).length >= stored.length)
+          const got = payloads(client)
+          expect(got.map((e) => seqOf(e.id))).toEqual(stored.map((r) => Number(r.cursor_seq)))
+          expect(got.map((e) => `${e.task_id}@${e.task_version}`)).toEqual(
+            stored.map((r) => `${r.task_id}@${Number(r.task_version)}`)
+          )
 
-        // the bus: the gateway's feed is subscribed on the new master, and what is published now reaches the
-        // subscriber from before the switch live, after a Gap (it may have missed messages meanwhile)
-        yield* untilAnswer("the feed's channel subscribed on the new master", channelsOn(to), (c) => c.length === 1)
-        yield* bus.publish("probe", "after the switch")
-        yield* eventually(() => expect(probe).toEqual(["before the switch", "<gap>", "after the switch"]), "10 seconds")
-        client.close()
+          // the bus: the gateway's feed is subscribed on the new master, and what is published now reaches the
+          // subscriber from before the switch live, after a Gap (it may have missed messages meanwhile)
+          yield* untilAnswer("the feed's channel subscribed on the new master", channelsOn(to), (c) => c.length === 1)
+          yield* bus.publish("probe", "after the switch")
+          yield* eventually(
+            () => expect(probe).toEqual(["before the switch", "<gap>", "after the switch"]),
+            "10 seconds"
+          )
+          client.close()
 
-        // what an operator sees: the runner's connections on the master the Sentinels name, each switch counted
-        const newMaster = `127.0.0.1:${to}`
-        const token = yield* Effect.flatMap(TokenSigner, (s) => s.signOperator("sentinel-test"))
-        const { body, status } = yield* admin(port, token, "/admin/redis")
-        expect({ status, body }).toMatchObject({ status: 200 })
-        expect(body).toMatchObject({ mode: "sentinel", sentinel_master: newMaster })
-        const connections =
-          (body as { connections: Array<{ connection: string; master: string; master_switches: number }> })
-            .connections
-        expect(connections.find((c) => c.connection === "bus-subscriber")).toMatchObject({
-          master: newMaster,
-          master_switches: 1
-        })
-        expect(connections.find((c) => c.connection === "main")).toMatchObject({
-          master: newMaster,
-          master_switches: 1
-        })
-        const ops = yield* runOps(["redis", "status"], { OPS_URL: `http://127.0.0.1:${port}`, OPS_TOKEN: token })
-        expect(ops.stderr).toBe("")
-        expect(ops.stdout).toContain(`the Sentinels name ${newMaster}`)
-        expect(ops.stdout).toMatch(new RegExp(`bus-subscriber\\s+ready\\s+${newMaster}\\s+\\d+\\s+1`))
-      }).pipe(Effect.scoped))
+          // what an operator sees: the runner's connections on the master the Sentinels name, each switch counted
+          const newMaster = `127.0.0.1:${to}`
+          const token = yield* Effect.flatMap(TokenSigner, (s) => s.signOperator("sentinel-test"))
+          const { body, status } = yield* admin(port, token, "/admin/redis")
+          expect({ status, body }).toMatchObject({ status: 200 })
+          expect(body).toMatchObject({ mode: "sentinel", sentinel_master: newMaster })
+          const connections =
+            (body as { connections: Array<{ connection: string; master: string; master_switches: number }> })
+              .connections
+          expect(connections.find((c) => c.connection === "bus-subscriber")).toMatchObject({
+            master: newMaster,
+            master_switches: 1
+          })
+          expect(connections.find((c) => c.connection === "main")).toMatchObject({
+            master: newMaster,
+            master_switches: 1
+          })
+          const ops = yield* runOps(["redis", "status"], { OPS_URL: `http://127.0.0.1:${port}`, OPS_TOKEN: token })
+          expect(ops.stderr).toBe("")
+          expect(ops.stdout).toContain(`the Sentinels name ${newMaster}`)
+          expect(ops.stdout).toMatch(new RegExp(`bus-subscriber\\s+ready\\s+${newMaster}\\s+\\d+\\s+1`))
+        }).pipe(Effect.scoped),
+      scaled(180_000)
+    )
   })
 })
