@@ -196,10 +196,12 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
   NotificationBus,
   Effect.gen(function*() {
     const { client, keyPrefix } = yield* Redis
-    if (Option.isNone(client)) return yield* Effect.dieMessage("NotificationBus.layerRedis needs REDIS_URL")
+    if (Option.isNone(client)) {
+      return yield* Effect.dieMessage("NotificationBus.layerRedis needs REDIS_URL or REDIS_SENTINELS")
+    }
     const publisher: IORedis = client.value
     const hub = makeHub(yield* bufferSize)
-    const connection = yield* duplicate(publisher, { autoResubscribe: false })
+    const connection = yield* duplicate(publisher, "bus-subscriber", { autoResubscribe: false })
     const channelOf = (projectId: string) => `${keyPrefix}project:${projectId}`
     const published = {
       ok: Metric.tagged(busPublishSeconds, "outcome", "ok"),
@@ -324,7 +326,7 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
   }).pipe(Effect.orDie)
 )
 
-/** Redis when REDIS_URL is configured, the in-process bus otherwise. */
+/** Redis when REDIS_URL or REDIS_SENTINELS is configured, the in-process bus otherwise. */
 export const layerFromEnv: Layer.Layer<NotificationBus, never, Redis> = Layer.unwrapEffect(
   Effect.map(Redis, ({ client }) => Option.isSome(client) ? layerRedis : layerMemory)
 )

@@ -1,4 +1,15 @@
-import { Config, type ConfigError, Duration, Effect, Either, type LogLevel, Option, type Redacted } from "effect"
+import {
+  Config,
+  ConfigError,
+  Duration,
+  Effect,
+  Either,
+  type LogLevel,
+  Option,
+  ParseResult,
+  type Redacted,
+  Schema
+} from "effect"
 
 /**
  * Settings as data. Every setting is declared once, in its area's record, with its environment name, kind, default
@@ -24,7 +35,8 @@ const setting = <A>(
   kind: string,
   description: string,
   config: Config.Config<A>,
-  fallback: { readonly value: A; readonly shown: string } | "optional" | "required"
+  /** `shown` undefined: the default is "no value" (an empty list), shown as unset */
+  fallback: { readonly value: A; readonly shown: string | undefined } | "optional" | "required"
 ): Setting<A> => ({
   config: (typeof fallback === "object" ? config.pipe(Config.withDefault(fallback.value)) : config).pipe(
     Config.withDescription(description)
@@ -145,6 +157,64 @@ export const list = (
     value: fallback,
     shown: fallback.join(",")
   })
+
+/** A Schema's decoding failure as one line: each issue with the list entry it is about (`entry 2: expected …`). */
+const oneLine = (error: ParseResult.ParseError) =>
+  ParseResult.ArrayFormatter.formatErrorSync(error).map((issue) =>
+    (typeof issue.path[0] === "number" ? `entry ${issue.path[0] + 1}: ` : "") + issue.message
+  ).join("; ")
+
+/**
+ * A setting whose text is decoded by a Schema (a value with structure: a list of addresses); a bad value is one line
+ * naming the variable and what is wrong with it.
+ */
+export const decoded = <A>(
+  name: string,
+  kind: string,
+  description: string,
+  schema: Schema.Schema<A, string>,
+  fallback: { readonly value: A; readonly shown: string | undefined }
+): Setting<A> =>
+  setting(
+    name,
+    kind,
+    description,
+    Config.string(name).pipe(Config.mapOrFail((text) =>
+      Either.mapLeft(
+        Schema.decodeEither(schema)(text),
+        (error) => ConfigError.InvalidData([], oneLine(error))
+      )
+    )),
+    fallback
+  )
+
+/** `host:port` (an IPv6 host in brackets: `[::1]:26379`). */
+export const HostPort = Schema.transformOrFail(
+  Schema.String,
+  Schema.Struct({ host: Schema.NonEmptyString, port: Schema.Int.pipe(Schema.between(1, 65535)) }),
+  {
+    strict: true,
+    decode: (text, _, ast) => {
+      const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/.exec(text)
+      return m === null
+        ? ParseResult.fail(new ParseResult.Type(ast, text, `expected host:port, got ${JSON.stringify(text)}`))
+        : ParseResult.succeed({ host: m[1] ?? m[2]!, port: Number(m[3]) })
+    },
+    encode: ({ host, port }) => ParseResult.succeed(`${host.includes(":") ? `[${host}]` : host}:${port}`)
+  }
+)
+export type HostPort = typeof HostPort.Type
+
+/** A comma-separated list of `host:port` (blanks around the commas ignored). */
+export const HostPortList = Schema.transform(Schema.String, Schema.Array(Schema.String), {
+  strict: true,
+  decode: (text) => text.split(",").map((s) => s.trim()).filter((s) => s.length > 0),
+  encode: (items) => items.join(",")
+}).pipe(Schema.compose(Schema.Array(HostPort)))
+
+/** A list of `host:port`; unset or empty: none. */
+export const hostPorts = (name: string, description: string): Setting<ReadonlyArray<HostPort>> =>
+  decoded(name, "comma-separated host:port list", description, HostPortList, { value: [], shown: undefined })
 
 /** A secret: redacted in logs and errors; optional unless `required`. */
 export const secret = (name: string, description: string): Setting<Option.Option<Redacted.Redacted>> =>

@@ -122,6 +122,12 @@ export const busPublishSeconds = Metric.histogram(
   latency,
   "Redis PUBLISH of one live event, by outcome (ok, failed)"
 )
+export const redisConnections = Metric.counter("redis_connections_total", {
+  description: "Redis connections made ready (the first one and every reconnect), by connection (main, subscriber)"
+})
+export const redisMasterSwitches = Metric.counter("redis_master_switches_total", {
+  description: "reconnects that found another Redis master than before (a Sentinel failover seen), by connection"
+})
 export const feedRereads = Metric.counter("feed_gap_rereads_total", {
   description: "re-reads of PostgreSQL by a project feed to fill missed events, by cause (bus_gap, hole, tail)"
 })

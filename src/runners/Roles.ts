@@ -36,7 +36,7 @@ export const parseRoles = (text: string): Either.Either<Roles, string> => {
 export interface Services {
   /** DATABASE_URL: PostgreSQL, shared by every process; else the embedded PGlite, this process's own. */
   readonly database: boolean
-  /** REDIS_URL: the notification bus between processes; else the in-process bus. */
+  /** REDIS_URL or REDIS_SENTINELS: the notification bus between processes; else the in-process bus. */
   readonly redis: boolean
   /** ROCKETMQ_ENDPOINTS: the event queue between processes; else the in-process queue. */
   readonly rocketmq: boolean

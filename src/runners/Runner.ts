@@ -25,6 +25,7 @@ import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
 import { OutputsHttpLive } from "../http/admin/OutputsHttp.js"
+import { RedisHttpLive } from "../http/admin/RedisHttp.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
@@ -188,7 +189,9 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OutputsHttpLive, OpsPageLive)),
+  Layer.provide(
+    Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OutputsHttpLive, RedisHttpLive, OpsPageLive)
+  ),
   Layer.provide(
     Layer.mergeAll(
       FenceControl.Default,

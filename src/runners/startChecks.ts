@@ -1,4 +1,4 @@
-import { Effect, Option, Redacted } from "effect"
+import { Effect, Option } from "effect"
 import { isLoopbackHost } from "../config/loopback.js"
 import * as S from "../config/Settings.js"
 import { AuthSettings } from "../http/Auth.js"
@@ -35,7 +35,7 @@ export const servicesFromEnv = Effect.gen(function*() {
   const queue = yield* QueueSettings.config
   return {
     database: Option.isSome(database.url),
-    redis: nonEmpty(Option.map(redis.url, Redacted.value)),
+    redis: Option.isSome(redis.target),
     rocketmq: nonEmpty(queue.endpoints)
   } satisfies Services
 })
