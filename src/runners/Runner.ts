@@ -22,6 +22,7 @@ import { ProjectFeeds } from "../gateway/ProjectFeeds.js"
 import { AdminHttpLive } from "../http/admin/AdminHttp.js"
 import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
 import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
+import { LateResultsHttpLive } from "../http/admin/LateResultsHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
 import { ControlPlaneApi } from "../http/Api.js"
@@ -56,6 +57,7 @@ import { FenceControl } from "../persistence/FenceControl.js"
 import { MetricsSamplerLive } from "../persistence/MetricsSampler.js"
 import { OperatorAudit } from "../persistence/OperatorAudit.js"
 import { OperatorQueues } from "../persistence/OperatorQueues.js"
+import { LateResults } from "../persistence/LateResults.js"
 import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
@@ -76,7 +78,13 @@ import { RunnerConfig } from "./RunnerConfig.js"
 /** Everything that needs only the database: migrations run before anything reads a table. */
 export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => {
   const migrated = Database.MigrationsLive.pipe(Layer.provideMerge(database))
-  return Layer.mergeAll(TaskStore.Default, TaskAdmission.Default, Projects.Default, CallbackInbox.Default).pipe(
+  return Layer.mergeAll(
+    TaskStore.Default,
+    TaskAdmission.Default,
+    Projects.Default,
+    CallbackInbox.Default,
+    LateResults.Default
+  ).pipe(
     Layer.provideMerge(WriteFence.Default),
     Layer.provideMerge(migrated)
   )
@@ -182,7 +190,7 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OpsPageLive)),
+  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, LateResultsHttpLive, OpsPageLive)),
   Layer.provide(
     Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
   ),
