@@ -70,11 +70,10 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
           }
           // the development tenant's one project: made here (its id is the code's, never a request's)
           yield* projects.ensure(DEV_TENANT, DEV_PROJECT)
-          const principal = { tenantId: DEV_TENANT, userId: DEV_USER, projects: [DEV_PROJECT] }
           yield* setSession(
             yield* signer.sign({ tenant_id: DEV_TENANT, sub: DEV_USER, projects: [DEV_PROJECT] }, SESSION_TTL),
             secureCookies
           )
-          return view(principal, true)
+          return new SessionView({ tenant_id: DEV_TENANT, user_id: DEV_USER, projects: [DEV_PROJECT], development: true })
         }))
   }))

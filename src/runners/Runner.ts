@@ -27,7 +27,9 @@ import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
-import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
+import { OriginPolicy, TokenSigner } from "../http/Auth.js"
+import { AuthenticationLive } from "../http/AuthenticationLive.js"
+import { Revocations } from "../http/Revocations.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { HealthRoutesLive } from "../http/Health.js"
@@ -58,6 +60,7 @@ import { MetricsSamplerLive } from "../persistence/MetricsSampler.js"
 import { OperatorAudit } from "../persistence/OperatorAudit.js"
 import { OperatorQueues } from "../persistence/OperatorQueues.js"
 import { LateResults } from "../persistence/LateResults.js"
+import { TokenDenylist } from "../persistence/TokenDenylist.js"
 import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
@@ -159,9 +162,15 @@ export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycl
 
 /**
  * What both the API and the event streams read, in every process (no connection of their own, and the testing kit
- * signs its tokens with this signer): the event log, the origin policy and the token signer.
+ * signs its tokens with this signer): the event log, the origin policy, the token signer and the runner's view of the
+ * token denylist (one per process: its LISTEN, its refresh and the streams it may have to close).
  */
-const layerStreamDeps = Layer.mergeAll(EventLog.Default, OriginPolicy.Default, TokenSigner.Default)
+const layerStreamDeps = Layer.mergeAll(
+  EventLog.Default,
+  OriginPolicy.Default,
+  TokenSigner.Default,
+  Revocations.Default.pipe(Layer.provide(TokenDenylist.Default))
+)
 
 /** The gateway behind the event streams: project feeds over the notification bus and the event log, with limits. */
 const layerEventGateway = EventGateway.Default.pipe(
