@@ -5,6 +5,7 @@ import { AdminClient, describeFailure, layerAdminClient } from "./ops/AdminClien
 import { clusterCommands } from "./ops/clusterCommands.js"
 import { lateResults } from "./ops/lateResultsCommands.js"
 import { operationsCommands } from "./ops/operationsCommands.js"
+import { token } from "./ops/tokenCommands.js"
 
 /**
  * npm run ops -- <command>: operate a running runner through its admin API (OPS_URL, OPS_TOKEN). Every command has
@@ -19,7 +20,7 @@ const whoami = Command.make("whoami", {}, () =>
 
 const ops = Command.make("ops").pipe(
   Command.withDescription("operate the task-status control plane through a runner's admin API"),
-  Command.withSubcommands([whoami, ...clusterCommands, ...operationsCommands, lateResults])
+  Command.withSubcommands([whoami, ...clusterCommands, ...operationsCommands, lateResults, token])
 )
 
 const cli = Command.run(ops, { name: "ops", version: "0.1.0" })

@@ -3,6 +3,7 @@ import { AdminApi } from "./admin/AdminApi.js"
 import { ClusterApi } from "./admin/ClusterApi.js"
 import { LateResultsApi } from "./admin/LateResultsApi.js"
 import { OperationsApi } from "./admin/OperationsApi.js"
+import { TokensApi } from "./admin/TokensApi.js"
 import { ProjectsApi } from "./ProjectsApi.js"
 import { SessionApi } from "./SessionApi.js"
 import { TasksApi } from "./TasksApi.js"
@@ -15,6 +16,7 @@ export class ControlPlaneApi extends HttpApi.make("control-plane")
   .add(ClusterApi)
   .add(OperationsApi)
   .add(LateResultsApi)
+  .add(TokensApi)
   .annotate(OpenApi.Title, "Task-status control plane")
   .annotate(OpenApi.Description, "Create, read and cancel AI-video generation tasks; follow their events.")
 {}

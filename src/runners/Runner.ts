@@ -23,6 +23,7 @@ import { AdminHttpLive } from "../http/admin/AdminHttp.js"
 import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
 import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { LateResultsHttpLive } from "../http/admin/LateResultsHttp.js"
+import { TokensHttpLive } from "../http/admin/TokensHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
 import { ControlPlaneApi } from "../http/Api.js"
@@ -169,7 +170,7 @@ const layerStreamDeps = Layer.mergeAll(
   EventLog.Default,
   OriginPolicy.Default,
   TokenSigner.Default,
-  Revocations.Default.pipe(Layer.provide(TokenDenylist.Default))
+  Revocations.Default.pipe(Layer.provideMerge(TokenDenylist.Default))
 )
 
 /** The gateway behind the event streams: project feeds over the notification bus and the event log, with limits. */
@@ -199,7 +200,7 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, LateResultsHttpLive, OpsPageLive)),
+  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, LateResultsHttpLive, TokensHttpLive, OpsPageLive)),
   Layer.provide(
     Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
   ),
