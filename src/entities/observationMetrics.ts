@@ -39,7 +39,11 @@ export const recordLateResult = <E, R>(observation: ProviderObservation, record:
     const fresh = yield* record
     yield* Metric.increment(
       Metric.tagged(
-        Metric.tagged(Metric.tagged(lateAttemptResults, "provider", observation.provider), "status", observation.status),
+        Metric.tagged(
+          Metric.tagged(lateAttemptResults, "provider", observation.provider),
+          "status",
+          observation.status
+        ),
         "outcome",
         fresh ? "recorded" : "duplicate"
       )

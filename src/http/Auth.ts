@@ -120,7 +120,9 @@ const OperatorClaims = Schema.Struct({ sub: Schema.NonEmptyTrimmedString })
 const REQUIRED_CLAIMS = ["sub", "iat", "exp"]
 
 /** Tokens refused, by kind and reason (the failed claim, or jose's code: signature, malformed …, revoked). */
-export const tokensRefused = Metric.counter("auth_tokens_refused", { description: "bearer, cookie and stream tokens refused" })
+export const tokensRefused = Metric.counter("auth_tokens_refused", {
+  description: "bearer, cookie and stream tokens refused"
+})
 
 const refusalReason = (e: unknown): string =>
   e instanceof jose.errors.JWTClaimValidationFailed
@@ -210,12 +212,17 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
 
     /** A short-lived, single-use token for one project's event stream (EventSource cannot send headers). */
     const signStream = (principal: Principal["Type"], projectId: ProjectId, ttlSeconds: number) =>
-      signJwt("stream", {
-        tenant_id: principal.tenantId,
-        project: projectId,
-        siat: principal.credential.issuedAt,
-        ...(principal.credential.tokenId === null ? {} : { sid: principal.credential.tokenId })
-      }, principal.userId, ttlSeconds)
+      signJwt(
+        "stream",
+        {
+          tenant_id: principal.tenantId,
+          project: projectId,
+          siat: principal.credential.issuedAt,
+          ...(principal.credential.tokenId === null ? {} : { sid: principal.credential.tokenId })
+        },
+        principal.userId,
+        ttlSeconds
+      )
 
     /**
      * A stream token's claims, and until when it is accepted (exp plus the skew): its spent id must be kept that long,

@@ -1,6 +1,7 @@
 import { Duration, Effect, Metric } from "effect"
-import { runWakeLoop } from "../persistence/WakeLoop.js"
+import { REVOCATIONS_CHANNEL } from "../persistence/channels.js"
 import { type Revocation, TokenDenylist } from "../persistence/TokenDenylist.js"
+import { runWakeLoop } from "../persistence/WakeLoop.js"
 import { AuthSettings, type Credential } from "./Auth.js"
 
 /** Who holds an open stream: its user and the access token it was opened with. */
@@ -24,7 +25,8 @@ interface Hold {
 const LOOKBACK_MS = 60_000
 
 export const tokenRevocations = Metric.counter("token_revocations_total", {
-  description: "access tokens revoked on this runner, by kind (token: one id; user: all of a user's before a time) and via (ops, logout)"
+  description:
+    "access tokens revoked on this runner, by kind (token: one id; user: all of a user's before a time) and via (ops, logout)"
 })
 export const streamsClosedByRevocation = Metric.counter("streams_closed_by_revocation_total", {
   description: "open SSE and WebSocket streams closed because their access token was revoked, by transport"
@@ -108,7 +110,7 @@ export class Revocations extends Effect.Service<Revocations>()("Revocations", {
     yield* Effect.ignore(refresh)
     yield* runWakeLoop({
       name: "token revocations",
-      channel: "token_revocations",
+      channel: REVOCATIONS_CHANNEL,
       sweep: revocationRefresh,
       batchSize: 1,
       backoff: { base: Duration.millis(200), cap: Duration.seconds(5) },
@@ -154,4 +156,3 @@ export class Revocations extends Effect.Service<Revocations>()("Revocations", {
     return { isRevoked, hold, revoked, refresh } as const
   })
 }) {}
-

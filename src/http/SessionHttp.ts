@@ -1,9 +1,9 @@
 import { Cookies, HttpApiBuilder, HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option } from "effect"
 import * as jose from "jose"
-import { TokenDenylist } from "../persistence/TokenDenylist.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { Projects } from "../persistence/Projects.js"
+import { TokenDenylist } from "../persistence/TokenDenylist.js"
 import { ProjectNotFound, Unauthorized } from "../schema/errors.js"
 import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
 import { ControlPlaneApi } from "./Api.js"
@@ -114,6 +114,11 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
             yield* signer.sign({ tenant_id: DEV_TENANT, sub: DEV_USER, projects: [DEV_PROJECT] }, SESSION_TTL),
             secureCookies
           )
-          return new SessionView({ tenant_id: DEV_TENANT, user_id: DEV_USER, projects: [DEV_PROJECT], development: true })
+          return new SessionView({
+            tenant_id: DEV_TENANT,
+            user_id: DEV_USER,
+            projects: [DEV_PROJECT],
+            development: true
+          })
         }))
   }))

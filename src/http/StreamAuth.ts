@@ -65,8 +65,12 @@ export const makeStreamAuth = Effect.gen(function*() {
         Effect.sync(() => {
           // the signature is verified: its claims can be read as they are (exp is required)
           const exp = jose.decodeJwt(token).exp
-          if (exp === undefined) return
-          if (verified.size >= VERIFIED_TOKENS) verified.delete(verified.keys().next().value!)
+          if (exp === undefined) {
+            return
+          }
+          if (verified.size >= VERIFIED_TOKENS) {
+            verified.delete(verified.keys().next().value!)
+          }
           verified.set(token, { principal, expiresAt: exp * 1000 })
         }))
     })

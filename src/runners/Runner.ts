@@ -21,16 +21,15 @@ import { EventGateway } from "../gateway/EventGateway.js"
 import { ProjectFeeds } from "../gateway/ProjectFeeds.js"
 import { AdminHttpLive } from "../http/admin/AdminHttp.js"
 import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
-import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { LateResultsHttpLive } from "../http/admin/LateResultsHttp.js"
-import { TokensHttpLive } from "../http/admin/TokensHttp.js"
+import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
+import { TokensHttpLive } from "../http/admin/TokensHttp.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
 import { OriginPolicy, TokenSigner } from "../http/Auth.js"
 import { AuthenticationLive } from "../http/AuthenticationLive.js"
-import { Revocations } from "../http/Revocations.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { HealthRoutesLive } from "../http/Health.js"
@@ -40,6 +39,7 @@ import { ModeGateLive } from "../http/ModeGate.js"
 import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
+import { Revocations } from "../http/Revocations.js"
 import { RunnerState } from "../http/RunnerState.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
@@ -57,16 +57,16 @@ import * as Database from "../persistence/Database.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { EventRetentionLive } from "../persistence/EventRetention.js"
 import { FenceControl } from "../persistence/FenceControl.js"
+import { LateResults } from "../persistence/LateResults.js"
 import { MetricsSamplerLive } from "../persistence/MetricsSampler.js"
 import { OperatorAudit } from "../persistence/OperatorAudit.js"
 import { OperatorQueues } from "../persistence/OperatorQueues.js"
-import { LateResults } from "../persistence/LateResults.js"
-import { TokenDenylist } from "../persistence/TokenDenylist.js"
 import { Projects } from "../persistence/Projects.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { TaskStore } from "../persistence/TaskStore.js"
+import { TokenDenylist } from "../persistence/TokenDenylist.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { NotificationDispatcherLive } from "../propagation/NotificationDispatcher.js"
 import { OutboxRelayLive } from "../propagation/OutboxRelay.js"
@@ -200,7 +200,9 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" })),
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
-  Layer.provide(Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, LateResultsHttpLive, TokensHttpLive, OpsPageLive)),
+  Layer.provide(
+    Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, LateResultsHttpLive, TokensHttpLive, OpsPageLive)
+  ),
   Layer.provide(
     Layer.mergeAll(FenceControl.Default, OperatorAudit.Default, OperatorQueues.Default, InboxAdmin.Default)
   ),

@@ -80,8 +80,12 @@ describe.skipIf(noDatabase || redisUrl === undefined)("token revocation and logo
         expect(out.stderr).toBe("")
         expect(out.stdout).toContain(`token ${jtiOf(revoked)} revoked`)
 
-        yield* until("the revoked token's streams closed", Effect.sync(() => [sse.ended(), ws.closed()?.code]), (s) =>
-          s[0] === true && s[1] === 4401, within)
+        yield* until(
+          "the revoked token's streams closed",
+          Effect.sync(() => [sse.ended(), ws.closed()?.code]),
+          (s) => s[0] === true && s[1] === 4401,
+          within
+        )
         expect(sse.events.at(-1)?.event).toBe("revoked")
         expect(yield* status(`/v1/projects/${projectId}/tasks`, bearer(revoked))).toBe(401)
         expect((yield* openSse(eventsUrl(projectId), bearer(revoked))).status).toBe(401)
@@ -114,8 +118,12 @@ describe.skipIf(noDatabase || redisUrl === undefined)("token revocation and logo
         expect([sse.status, ws.opened, bystander.status]).toEqual([200, true, 200])
 
         expect(yield* status("/v1/session", { cookie }, "DELETE")).toBe(204)
-        yield* until("the session's streams closed", Effect.sync(() => [sse.ended(), ws.closed()?.code]), (s) =>
-          s[0] === true && s[1] === 4401, within)
+        yield* until(
+          "the session's streams closed",
+          Effect.sync(() => [sse.ended(), ws.closed()?.code]),
+          (s) => s[0] === true && s[1] === 4401,
+          within
+        )
         expect(yield* status("/v1/session", { cookie })).toBe(401)
         expect(bystander.ended()).toBe(false)
         bystander.close()

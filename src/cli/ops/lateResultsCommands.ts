@@ -19,7 +19,9 @@ export const lateResults = Command.make("late-results", {
     let sinceDate: Date | undefined
     if (Option.isSome(since)) {
       sinceDate = new Date(since.value)
-      if (Number.isNaN(sinceDate.getTime())) return yield* Effect.fail(new Error(`not an ISO 8601 time: ${since.value}`))
+      if (Number.isNaN(sinceDate.getTime())) {
+        return yield* Effect.fail(new Error(`not an ISO 8601 time: ${since.value}`))
+      }
     }
     const { rows } = yield* client.lateResults.list({
       urlParams: {

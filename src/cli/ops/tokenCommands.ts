@@ -9,7 +9,10 @@ const isUuid = Schema.is(Schema.UUID)
  * refuses the token(s) within seconds and closes the SSE and WebSocket streams they hold (audited).
  */
 const revoke = Command.make("revoke", {
-  tokenId: Args.text({ name: "jti" }).pipe(Args.optional, Args.withDescription("the access token's id (its jti claim)")),
+  tokenId: Args.text({ name: "jti" }).pipe(
+    Args.optional,
+    Args.withDescription("the access token's id (its jti claim)")
+  ),
   user: Options.text("user").pipe(
     Options.optional,
     Options.withDescription("revoke every token of this user id instead (issued before --before, default now)")
@@ -31,7 +34,9 @@ const revoke = Command.make("revoke", {
       return yield* Effect.fail(new Error(`not a token id: ${tokenId.value}`))
     }
     if (Option.isSome(user) && !isUuid(user.value)) return yield* Effect.fail(new Error(`not a user id: ${user.value}`))
-    if (Option.isSome(before) && Option.isSome(tokenId)) return yield* Effect.fail(new Error("--before goes with --user"))
+    if (Option.isSome(before) && Option.isSome(tokenId)) {
+      return yield* Effect.fail(new Error("--before goes with --user"))
+    }
     let issuedBefore: DateTime.Utc | undefined
     if (Option.isSome(before)) {
       const parsed = DateTime.make(before.value)
