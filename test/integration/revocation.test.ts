@@ -71,7 +71,13 @@ describe.skipIf(noDatabase || redisUrl === undefined)("token revocation and logo
         const sse = yield* openSse(eventsUrl(projectId), bearer(revoked))
         const ws = yield* openWs(wsUrl(projectId), bearer(revoked))
         const bystander = yield* openSse(eventsUrl(projectId), bearer(other))
-        expect([sse.status, ws.opened, bystander.status]).toEqual([200, true, 200])
+        // a stream opened with a single-use stream token belongs to the access token it was issued to
+        const streamToken = yield* Effect.promise(() =>
+          fetch(`${base}/v1/projects/${projectId}/stream-tokens`, { method: "POST", headers: bearer(revoked) })
+            .then((r) => r.json() as Promise<{ token: string }>)
+        )
+        const viaStreamToken = yield* openSse(`${eventsUrl(projectId)}?stream_token=${streamToken.token}`)
+        expect([sse.status, ws.opened, bystander.status, viaStreamToken.status]).toEqual([200, true, 200, 200])
 
         const out = yield* runOps(["token", "revoke", jtiOf(revoked), "--reason", "leaked in a log"], {
           OPS_URL: base,
