@@ -106,10 +106,25 @@ export const ownPostgres = async (name: string, extraConf: ReadonlyArray<string>
 }
 
 /** A streaming replica of `primary` (pg_basebackup -R), started: read-only until promoted. */
-export const ownReplica = async (name: string, primary: OwnPostgres): Promise<OwnPostgres & { promote: () => void }> => {
+export const ownReplica = async (
+  name: string,
+  primary: OwnPostgres
+): Promise<OwnPostgres & { promote: () => void }> => {
   const port = await freePort()
   const dir = pgDir(name)
-  asPostgres("pg_basebackup", ["-h", "127.0.0.1", "-p", String(primary.port), "-U", "postgres", "-D", dir, "-R", "-X", "stream"])
+  asPostgres("pg_basebackup", [
+    "-h",
+    "127.0.0.1",
+    "-p",
+    String(primary.port),
+    "-U",
+    "postgres",
+    "-D",
+    dir,
+    "-R",
+    "-X",
+    "stream"
+  ])
   writeConf(dir, port)
   const instance = pgInstance(dir, port)
   await instance.start()
@@ -153,8 +168,14 @@ export interface OwnRocketMQ {
 /** The script, without blocking this process's event loop (a restart takes a minute). */
 const script = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   new Promise<void>((resolve, reject) => {
-    const child = spawn("scripts/rocketmq.sh", args, { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "inherit"] })
-    child.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`scripts/rocketmq.sh ${args.join(" ")}: exit ${code}`))))
+    const child = spawn("scripts/rocketmq.sh", args, {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "ignore", "inherit"]
+    })
+    child.once(
+      "exit",
+      (code) => (code === 0 ? resolve() : reject(new Error(`scripts/rocketmq.sh ${args.join(" ")}: exit ${code}`)))
+    )
   })
 
 /** A RocketMQ (NameServer + Proxy) of its own: its own ports, data and store (about 45 s to start here). */

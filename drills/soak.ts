@@ -222,8 +222,11 @@ const main = async () => {
       [s.project]
     )).rows as Array<{ seq: number; epoch: number; at: number }>
     const lastStored = stored.at(-1)
-    await waitFor("every client has the last event", () =>
-      clients.every((c) => c.received.some((r) => r.cursor === `${lastStored?.epoch}-${lastStored?.seq}`)), 120_000)
+    await waitFor(
+      "every client has the last event",
+      () => clients.every((c) => c.received.some((r) => r.cursor === `${lastStored?.epoch}-${lastStored?.seq}`)),
+      120_000
+    )
       .catch(() => undefined)
     clients.forEach((c) => c.stop())
     const committedAt = new Map(stored.map((e) => [`${e.epoch}-${e.seq}`, Number(e.at)]))
@@ -241,7 +244,8 @@ const main = async () => {
     }
     const acked = (await request(`${s.sim}/_sim/acked`)).body as Array<string>
     const inbox = new Set(
-      (await s.db.query(`SELECT provider || ' ' || encode(payload_hash, 'hex') AS k FROM provider_callback_inbox`)).rows.map((r) => r.k)
+      (await s.db.query(`SELECT provider || ' ' || encode(payload_hash, 'hex') AS k FROM provider_callback_inbox`)).rows
+        .map((r) => r.k)
     )
     const lostCallbacks = acked.filter((k) => !inbox.has(k)).length
     const inv = await checkInvariants(s.db, s.sim, ids)
@@ -259,15 +263,26 @@ const main = async () => {
       ["tasks", `${ids.length} admitted (${refused} refused after 10 retries), ${inv.tasks - inv.stuck} terminal`],
       ["kills", `${killed} SIGKILLs of a runner (every ${KILL_EVERY_MS / 1000} s), each restarted`],
       ["restarts", marks.filter((m) => m.what.startsWith("restart ")).map((m) => m.what.slice(8)).join(", ")],
-      ["simulator", `${counts.webhooksSent} webhooks sent, ${counts.webhooksDropped} dropped, ${counts.webhooksDuplicated} duplicated, ${counts.throttled} polls throttled`],
+      [
+        "simulator",
+        `${counts.webhooksSent} webhooks sent, ${counts.webhooksDropped} dropped, ${counts.webhooksDuplicated} duplicated, ${counts.throttled} polls throttled`
+      ],
       ["convergence after the last fault", `${(converged / 1000).toFixed(1)} s`],
-      ["commit → client p50 / p99 during faults", `${percentile(during, 50).toFixed(0)} / ${percentile(during, 99).toFixed(0)} ms (${during.length} deliveries)`],
+      [
+        "commit → client p50 / p99 during faults",
+        `${percentile(during, 50).toFixed(0)} / ${percentile(during, 99).toFixed(0)} ms (${during.length} deliveries)`
+      ],
       ["stuck tasks", String(inv.stuck)],
       ["tasks not equal to the provider's truth", String(inv.wrong)],
       ["duplicate submissions (simulator)", String(inv.duplicateSubmissions)],
       ["ledger differences (duplicate charges)", String(inv.ledgerDiffs)],
       ["event gaps in PostgreSQL", String(inv.eventGaps)],
-      ["client gaps / repeats", `${gaps} / ${repeats} over ${clients.length} clients (${clients.reduce((n, c) => n + c.reconnects, 0)} reconnects, ${clients.reduce((n, c) => n + c.resets, 0)} resets)`],
+      [
+        "client gaps / repeats",
+        `${gaps} / ${repeats} over ${clients.length} clients (${
+          clients.reduce((n, c) => n + c.reconnects, 0)
+        } reconnects, ${clients.reduce((n, c) => n + c.resets, 0)} resets)`
+      ],
       ["acknowledged callbacks lost", `${lostCallbacks} of ${acked.length}`]
     ]
     console.log(`\n| soak | |\n|---|---|\n${rows.map(([k, v]) => `| ${k} | ${v} |`).join("\n")}`)
@@ -291,4 +306,3 @@ main().then((code) => process.exit(code), (e) => {
   console.error(e)
   process.exit(1)
 })
-

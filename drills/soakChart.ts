@@ -27,7 +27,10 @@ const path = (values: ReadonlyArray<number>, max: number, top: number) =>
 
 export const soakChart = (s: SoakSeries): string => {
   const buckets = Math.max(1, Math.ceil(s.durationMs / BUCKET))
-  const admitted = Array.from({ length: buckets }, (_, b) => s.created.filter((t) => Math.floor(t / BUCKET) === b).length / 10)
+  const admitted = Array.from(
+    { length: buckets },
+    (_, b) => s.created.filter((t) => Math.floor(t / BUCKET) === b).length / 10
+  )
   const p99 = Array.from({ length: buckets }, (_, b) => {
     const xs = s.latencies.filter((l) => Math.floor(l.at / BUCKET) === b).map((l) => l.ms)
     return xs.length === 0 ? 0 : percentile(xs, 99)
@@ -41,16 +44,22 @@ export const soakChart = (s: SoakSeries): string => {
       m.what.startsWith("SIGKILL") ? "#d33" : m.what.startsWith("restart") ? "#e90" : "#ccc"
     }" stroke-width="1" opacity="0.6"><title>${m.what}</title></line>`
   )
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${top2 + H + PAD}" font-family="sans-serif" font-size="12">
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${
+    top2 + H + PAD
+  }" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="${PAD}" y="${PAD - 10}">tasks admitted per second (10 s buckets), max ${maxRate.toFixed(1)}</text>
-<text x="${PAD}" y="${top2 - 10}">commit → client p99 (ms, 10 s buckets by commit time), max ${maxLatency.toFixed(0)}; red: runner SIGKILL, orange: service restart</text>
+<text x="${PAD}" y="${top2 - 10}">commit → client p99 (ms, 10 s buckets by commit time), max ${
+    maxLatency.toFixed(0)
+  }; red: runner SIGKILL, orange: service restart</text>
 <rect x="${PAD}" y="${PAD}" width="${W - 2 * PAD}" height="${H}" fill="none" stroke="#999"/>
 <rect x="${PAD}" y="${top2}" width="${W - 2 * PAD}" height="${H}" fill="none" stroke="#999"/>
 ${lines.join("\n")}
 <path d="${path(admitted, maxRate, PAD)}" fill="none" stroke="#26c" stroke-width="2"/>
 <path d="${path(p99, maxLatency, top2)}" fill="none" stroke="#2a2" stroke-width="2"/>
-<text x="${PAD}" y="${top2 + H + 20}">0 s</text><text x="${W - PAD - 40}" y="${top2 + H + 20}">${(s.durationMs / 1000).toFixed(0)} s</text>
+<text x="${PAD}" y="${top2 + H + 20}">0 s</text><text x="${W - PAD - 40}" y="${top2 + H + 20}">${
+    (s.durationMs / 1000).toFixed(0)
+  } s</text>
 </svg>
 `
 }

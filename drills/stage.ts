@@ -105,10 +105,17 @@ const startNginx = async (name: string, runners: ReadonlyArray<Runner>) => {
   const port = await freePort()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `drill-${name}-nginx-`))
   fs.chmodSync(dir, 0o777) // its workers (nobody, when started as root) write their buffers there
-  const members = runners.map((r, i) => ({ index: i + 1, httpPort: r.httpPort, runnerPort: r.runnerPort, roles: allRoles }))
+  const members = runners.map((r, i) => ({
+    index: i + 1,
+    httpPort: r.httpPort,
+    runnerPort: r.runnerPort,
+    roles: allRoles
+  }))
   const conf = path.join(dir, "nginx.conf")
   fs.writeFileSync(conf, nginxConf({ listenHost: "127.0.0.1", listenPort: port, members, dir }))
-  const child = spawn("/usr/sbin/nginx", ["-p", dir, "-c", conf, "-e", "stderr"], { stdio: ["ignore", "ignore", "inherit"] })
+  const child = spawn("/usr/sbin/nginx", ["-p", dir, "-c", conf, "-e", "stderr"], {
+    stdio: ["ignore", "ignore", "inherit"]
+  })
   await waitFor("nginx listens", async () => {
     try {
       await fetch(`http://127.0.0.1:${port}/`, { signal: AbortSignal.timeout(1_000) })

@@ -3,9 +3,11 @@ import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Logger, LogLevel } from "effect"
 import { AdminClient, describeFailure, layerAdminClient } from "./ops/AdminClient.js"
 import { clusterCommands } from "./ops/clusterCommands.js"
+import { lateResults } from "./ops/lateResultsCommands.js"
 import { operationsCommands } from "./ops/operationsCommands.js"
 import { outputsCommands } from "./ops/outputsCommands.js"
 import { redisCommands } from "./ops/redisCommands.js"
+import { token } from "./ops/tokenCommands.js"
 
 /**
  * npm run ops -- <command>: operate a running runner through its admin API (OPS_URL, OPS_TOKEN). Every command has
@@ -20,7 +22,15 @@ const whoami = Command.make("whoami", {}, () =>
 
 const ops = Command.make("ops").pipe(
   Command.withDescription("operate the task-status control plane through a runner's admin API"),
-  Command.withSubcommands([whoami, ...clusterCommands, ...operationsCommands, ...outputsCommands, ...redisCommands])
+  Command.withSubcommands([
+    whoami,
+    ...clusterCommands,
+    ...operationsCommands,
+    ...outputsCommands,
+    ...redisCommands,
+    lateResults,
+    token
+  ])
 )
 
 const cli = Command.run(ops, { name: "ops", version: "0.1.0" })

@@ -1,5 +1,6 @@
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Logger, LogLevel, Schema } from "effect"
+import * as jose from "jose"
 import { parseArgs } from "node:util"
 import { TokenSigner } from "../http/Auth.js"
 import { ProjectId, TenantId, UserId } from "../schema/ids.js"
@@ -37,6 +38,8 @@ const program = Effect.gen(function*() {
     args.ttl
   )
   yield* Console.log(token)
+  // the token's id, for `npm run ops -- token revoke <jti>` (on stderr: stdout stays the token alone, for $(...))
+  yield* Console.error(`jti ${jose.decodeJwt(token).jti}`)
 })
 
 program.pipe(

@@ -3,6 +3,7 @@ import { Clock, Duration, Effect, Layer, Option, Queue, Ref } from "effect"
 import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
+import { LateResults } from "../persistence/LateResults.js"
 import { TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
@@ -10,7 +11,7 @@ import type { ProviderObservation } from "../schema/observation.js"
 import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { newTraceId } from "../tracing/TraceId.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
-import { countObservation, countUnknownSubmitBound } from "./observationMetrics.js"
+import { countObservation, countUnknownSubmitBound, recordLateResult } from "./observationMetrics.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { LifecycleSettings, TaskLifecycle } from "./TaskLifecycle.js"
 
@@ -30,6 +31,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         const taskId = address.entityId as string as TaskId
         const sharding = yield* Sharding.Sharding
         const store = yield* TaskStore
+        const lateResults = yield* LateResults
         const lifecycle = yield* TaskLifecycle
         // the lifecycle fiber and the Rpc handlers both commit: one decision at a time, so neither loses a CAS to
         // the other, and the lifecycle wakes when a handler moved the task
@@ -102,6 +104,9 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
             })
             yield* countObservation(observation, res)
             if (binds && res.outcome === "changed") yield* countUnknownSubmitBound(observation)
+            if (res.outcome === "ignored" && res.reason === "stale_attempt") {
+              yield* recordLateResult(observation, lateResults.record(taskId, observation))
+            }
             if (res.outcome === "conflict") {
               yield* store.recordReconciliation(taskId, observation.attemptId, res.reason ?? "conflict", observation)
               yield* Effect.logWarning("contradictory provider observation sent to reconciliation")

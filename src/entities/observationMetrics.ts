@@ -1,5 +1,10 @@
 import { Effect, Metric } from "effect"
-import { callbackReorders, taskObservations, unknownSubmitsResolved } from "../observability/metrics.js"
+import {
+  callbackReorders,
+  lateAttemptResults,
+  taskObservations,
+  unknownSubmitsResolved
+} from "../observability/metrics.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import type { CommandResult } from "./GenerationTask.js"
 
@@ -42,3 +47,37 @@ export const countUnknownSubmitBound = (observation: ProviderObservation) =>
       Metric.tagged(Metric.tagged(unknownSubmitsResolved, "provider", observation.provider), "via", observation.source)
     ))
   )
+
+const PROVIDER_TERMINAL: ReadonlySet<string> = new Set(["succeeded", "failed", "canceled"])
+
+/**
+ * A superseded attempt's observation (seed 12.7.3): a terminal one is kept for cost reconciliation by `record` (once
+ * per attempt and status), counted and logged; a progress report of an old attempt is only the observation count.
+ * The task is never touched: adopting an old attempt's result is an explicit business decision, not "who came last".
+ */
+export const recordLateResult = <E, R>(observation: ProviderObservation, record: Effect.Effect<boolean, E, R>) =>
+  Effect.gen(function*() {
+    if (!PROVIDER_TERMINAL.has(observation.status)) return
+    const fresh = yield* record
+    yield* Metric.increment(
+      Metric.tagged(
+        Metric.tagged(
+          Metric.tagged(lateAttemptResults, "provider", observation.provider),
+          "status",
+          observation.status
+        ),
+        "outcome",
+        fresh ? "recorded" : "duplicate"
+      )
+    )
+    if (fresh) {
+      yield* Effect.logInfo(`late ${observation.status} of superseded attempt recorded for cost reconciliation`).pipe(
+        Effect.annotateLogs({
+          attempt_id: observation.attemptId,
+          provider: observation.provider,
+          provider_task_id: observation.providerTaskId ?? "",
+          source: observation.source
+        })
+      )
+    }
+  })

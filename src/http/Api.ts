@@ -1,9 +1,11 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { AdminApi } from "./admin/AdminApi.js"
 import { ClusterApi } from "./admin/ClusterApi.js"
+import { LateResultsApi } from "./admin/LateResultsApi.js"
 import { OperationsApi } from "./admin/OperationsApi.js"
 import { OutputsApi } from "./admin/OutputsApi.js"
 import { RedisApi } from "./admin/RedisApi.js"
+import { TokensApi } from "./admin/TokensApi.js"
 import { ProjectsApi } from "./ProjectsApi.js"
 import { SessionApi } from "./SessionApi.js"
 import { TasksApi } from "./TasksApi.js"
@@ -17,6 +19,8 @@ export class ControlPlaneApi extends HttpApi.make("control-plane")
   .add(OperationsApi)
   .add(OutputsApi)
   .add(RedisApi)
+  .add(LateResultsApi)
+  .add(TokensApi)
   .annotate(OpenApi.Title, "Task-status control plane")
   .annotate(OpenApi.Description, "Create, read and cancel AI-video generation tasks; follow their events.")
 {}

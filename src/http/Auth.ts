@@ -1,5 +1,5 @@
-import { HttpApiMiddleware, HttpApiSecurity, HttpServerRequest } from "@effect/platform"
-import { Clock, Context, Duration, Effect, Layer, Metric, Option, Redacted, Schema } from "effect"
+import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
+import { Clock, Context, Duration, Effect, Metric, Option, Redacted, Schema } from "effect"
 import * as jose from "jose"
 import * as S from "../config/Settings.js"
 import { ProviderSettings } from "../providers/ProviderSettings.js"
@@ -26,6 +26,11 @@ export const AuthSettings = S.area("Auth", "bearer tokens, session cookies and b
     "must be at most 5 minutes",
     (d) => Duration.lessThanOrEqualTo(d, Duration.minutes(5))
   ),
+  revocationRefresh: S.duration(
+    "TOKEN_REVOCATION_REFRESH",
+    "how often each runner re-reads the token denylist, the safety net of the push (PostgreSQL NOTIFY) that tells it at once",
+    "5 seconds"
+  ),
   allowedOrigins: S.list(
     "ALLOWED_ORIGINS",
     "comma-separated browser origins (scheme://host[:port]) allowed to use a session cookie or open a stream; unset: the runner's own origin (PUBLIC_BASE_URL's scheme, the request's host)",
@@ -33,11 +38,21 @@ export const AuthSettings = S.area("Auth", "bearer tokens, session cookies and b
   )
 })
 
+/**
+ * The access token a caller holds, as far as revocation needs it: its id (`jti`; null for a token signed before
+ * access tokens had one: only `revoke --user` reaches those) and when it was issued (seconds since the epoch).
+ */
+export interface Credential {
+  readonly tokenId: string | null
+  readonly issuedAt: number
+}
+
 /** Who is calling: a tenant, the projects the token is scoped to ("*" = every project of the tenant), a user. */
 export class Principal extends Context.Tag("Principal")<Principal, {
   readonly tenantId: TenantId
   readonly userId: UserId
   readonly projects: ReadonlyArray<ProjectId> | "*"
+  readonly credential: Credential
 }>() {}
 
 export const canSee = (principal: Principal["Type"], projectId: ProjectId): boolean =>
@@ -47,7 +62,9 @@ export const canSee = (principal: Principal["Type"], projectId: ProjectId): bool
 const Claims = Schema.Struct({
   tenant_id: TenantId,
   sub: UserId,
-  projects: Schema.Union(Schema.Literal("*"), Schema.Array(ProjectId))
+  projects: Schema.Union(Schema.Literal("*"), Schema.Array(ProjectId)),
+  jti: Schema.optional(Schema.UUID),
+  iat: Schema.Number
 })
 
 /** The browser session: the access token in an HttpOnly, SameSite=Strict cookie (never readable by scripts). */
@@ -81,13 +98,19 @@ export const TokenKinds = {
 } as const
 type TokenKind = keyof typeof TokenKinds
 
-/** A single-use stream token's claims: one project, one user, one minute. */
+/**
+ * A single-use stream token's claims: one project, one user, one minute; `sid` and `siat` name the access token it was
+ * issued to (its id and issue time), so revoking that token also closes the streams it opened this way.
+ */
 const StreamClaims = Schema.Struct({
   tenant_id: TenantId,
   sub: UserId,
   project: ProjectId,
   jti: Schema.UUID,
-  exp: Schema.Number
+  exp: Schema.Number,
+  iat: Schema.Number,
+  sid: Schema.optional(Schema.UUID),
+  siat: Schema.optional(Schema.Number)
 })
 
 /** An operator token's claims: who the operator is. */
@@ -96,8 +119,10 @@ const OperatorClaims = Schema.Struct({ sub: Schema.NonEmptyTrimmedString })
 /** Every token names its subject, when it was issued and when it expires: one without an expiry is refused. */
 const REQUIRED_CLAIMS = ["sub", "iat", "exp"]
 
-/** Tokens refused, by kind and reason (the failed claim, or jose's code: signature, malformed …). */
-const tokensRefused = Metric.counter("auth_tokens_refused", { description: "bearer, cookie and stream tokens refused" })
+/** Tokens refused, by kind and reason (the failed claim, or jose's code: signature, malformed …, revoked). */
+export const tokensRefused = Metric.counter("auth_tokens_refused", {
+  description: "bearer, cookie and stream tokens refused"
+})
 
 const refusalReason = (e: unknown): string =>
   e instanceof jose.errors.JWTClaimValidationFailed
@@ -122,7 +147,10 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
     const development = Option.isNone(secret)
     const skewSeconds = Math.floor(Duration.toSeconds(clockSkew))
 
-    /** Signs `claims` for `subject`, valid `ttlSeconds`; stream tokens also get an id (`jti`) to be spent once. */
+    /**
+     * Signs `claims` for `subject`, valid `ttlSeconds`. Stream tokens get an id (`jti`) to be spent once, access
+     * tokens one to be revoked by (the denylist: src/http/Revocations.ts).
+     */
     const signJwt = (kind: TokenKind, claims: jose.JWTPayload, subject: string, ttlSeconds: number) =>
       Effect.flatMap(Clock.currentTimeMillis, (ms) => {
         const now = Math.floor(ms / 1000)
@@ -133,7 +161,7 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
           .setAudience(TokenKinds[kind].audience)
           .setIssuedAt(now)
           .setExpirationTime(now + ttlSeconds)
-        if (kind === "stream") jwt.setJti(crypto.randomUUID())
+        if (kind === "stream" || kind === "access") jwt.setJti(crypto.randomUUID())
         return Effect.promise(() => jwt.sign(key))
       })
 
@@ -168,18 +196,33 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
         return yield* Schema.decodeUnknown(schema)(verified.payload).pipe(Effect.catchAll(() => refused("claims")))
       })
 
-    const sign = (claims: typeof Claims.Type, ttlSeconds = 3600) =>
+    const sign = (claims: Pick<typeof Claims.Type, "tenant_id" | "sub" | "projects">, ttlSeconds = 3600) =>
       signJwt("access", { tenant_id: claims.tenant_id, projects: claims.projects }, claims.sub, ttlSeconds)
 
     const verify = (token: string) =>
       Effect.map(
         verifyJwt("access", token, Claims, "invalid or expired token"),
-        (c) => ({ tenantId: c.tenant_id, userId: c.sub, projects: c.projects })
+        (c) => ({
+          tenantId: c.tenant_id,
+          userId: c.sub,
+          projects: c.projects,
+          credential: { tokenId: c.jti ?? null, issuedAt: c.iat }
+        })
       )
 
     /** A short-lived, single-use token for one project's event stream (EventSource cannot send headers). */
     const signStream = (principal: Principal["Type"], projectId: ProjectId, ttlSeconds: number) =>
-      signJwt("stream", { tenant_id: principal.tenantId, project: projectId }, principal.userId, ttlSeconds)
+      signJwt(
+        "stream",
+        {
+          tenant_id: principal.tenantId,
+          project: projectId,
+          siat: principal.credential.issuedAt,
+          ...(principal.credential.tokenId === null ? {} : { sid: principal.credential.tokenId })
+        },
+        principal.userId,
+        ttlSeconds
+      )
 
     /**
      * A stream token's claims, and until when it is accepted (exp plus the skew): its spent id must be kept that long,
@@ -188,7 +231,12 @@ export class TokenSigner extends Effect.Service<TokenSigner>()("TokenSigner", {
     const verifyStream = (token: string) =>
       Effect.map(
         verifyJwt("stream", token, StreamClaims, "invalid or expired stream token"),
-        (claims) => ({ ...claims, acceptedUntil: new Date((claims.exp + skewSeconds) * 1000) })
+        (claims) => ({
+          ...claims,
+          acceptedUntil: new Date((claims.exp + skewSeconds) * 1000),
+          // the access token it was issued to (a stream token of an older signer: its own issue time only)
+          credential: { tokenId: claims.sid ?? null, issuedAt: claims.siat ?? claims.iat } satisfies Credential
+        })
       )
 
     /** An operator token for `subject` (who acts: it is written into audit rows). */
@@ -236,22 +284,3 @@ export class OriginPolicy extends Effect.Service<OriginPolicy>()("OriginPolicy",
     return { accepts, secureCookies: scheme === "https:" } as const
   })
 }) {}
-
-export const AuthenticationLive = Layer.effect(
-  Authentication,
-  Effect.gen(function*() {
-    const signer = yield* TokenSigner
-    const origins = yield* OriginPolicy
-    return {
-      bearer: (token: Redacted.Redacted<string>) => signer.verify(Redacted.value(token)),
-      cookie: (token: Redacted.Redacted<string>) =>
-        Effect.gen(function*() {
-          const request = yield* HttpServerRequest.HttpServerRequest
-          if (!origins.accepts(request.headers["origin"], request.headers["host"])) {
-            return yield* new Unauthorized({ message: "cross-origin request with a session cookie" })
-          }
-          return yield* signer.verify(Redacted.value(token))
-        })
-    }
-  })
-)

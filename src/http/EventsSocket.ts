@@ -15,6 +15,7 @@ import { WriteFence } from "../persistence/WriteFence.js"
 import { newTraceId, withTraceId } from "../tracing/TraceId.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
+import { Revocations } from "./Revocations.js"
 import { EVENTS_PATH, makeStreamAuth, StreamRefused } from "./StreamAuth.js"
 import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
@@ -66,6 +67,7 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const { wsMaxFrame: maxFrame, wsPingInterval: pingEvery, wsSendBuffer: sendBuffer, writeDeadline: deadline } = c
   const deadlineMs = Duration.toMillis(deadline)
   const auth = yield* makeStreamAuth
+  const revocations = yield* Revocations
   const run = yield* FiberSet.makeRuntime<never>()
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxFrame, perMessageDeflate: false })
   const alive = new Map<WebSocket, boolean>()
@@ -147,8 +149,13 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
               return gateway.open(admission, transportOf(ws, socket)).pipe(
                 Effect.tap((onClosed) =>
                   Effect.sync(() => {
-                    if (socket.destroyed) onClosed()
-                    else closed = onClosed
+                    if (socket.destroyed) return onClosed()
+                    // its token revoked: closed with 4401 (the application's "unauthorized"; a reconnect gets 401)
+                    const release = revocations.hold(request.holder, "ws", () => ws.close(4401, "token revoked"))
+                    closed = () => {
+                      release()
+                      onClosed()
+                    }
                   })
                 )
               )

@@ -13,6 +13,7 @@ import { WriteFence } from "../persistence/WriteFence.js"
 import { newTraceId, withTraceId } from "../tracing/TraceId.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
+import { type Holder, Revocations } from "./Revocations.js"
 import { EVENTS_PATH, makeStreamAuth } from "./StreamAuth.js"
 import { errorBody, TRACE_HEADER, traceparentOf } from "./TraceIds.js"
 
@@ -26,6 +27,9 @@ export const sseFrame = (event: StreamEvent): string => {
   }
   return frame
 }
+
+/** The last frame of a stream whose token was revoked: the client's reconnect is refused (401) anyway. */
+const REVOKED_FRAME = `event: revoked\ndata: ${JSON.stringify({ reason: "token_revoked" })}\n\n`
 
 const resetFrame = (problem: CursorProblem, cursor: string) =>
   `id: ${cursor}\nevent: reset\ndata: ${JSON.stringify({ reason: problem, cursor })}\n\n`
@@ -62,6 +66,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const { sseHeartbeat: heartbeat, sseRetryMs: retryMs, writeDeadline: deadline } = yield* StreamSettings.config
   const deadlineMs = Duration.toMillis(deadline)
   const auth = yield* makeStreamAuth
+  const revocations = yield* Revocations
   const run = yield* FiberSet.makeRuntime<never>()
   const open = new Set<ServerResponse>()
   const blocked = new WeakSet<ServerResponse>()
@@ -118,15 +123,24 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     const url = new URL(req.url ?? "/", "http://gateway")
     const transport = transportOf(res, () => traceId)
     let closed: (() => void) | undefined
+    let holder: Holder | undefined
     // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours. No span
     // per stream: opening one costs ≤ 2 ms of CPU (the trace id still names its log lines and its answer)
     let fiber: Fiber.RuntimeFiber<unknown, unknown> | undefined = run(
       auth.authorize(req, url).pipe(
-        Effect.flatMap((request) => gateway.connect(request, transport)),
+        Effect.flatMap((request) => {
+          holder = request.holder
+          return gateway.connect(request, transport)
+        }),
         Effect.tap((onClosed) =>
           Effect.sync(() => {
-            if (res.destroyed || res.writableEnded) onClosed()
-            else closed = onClosed
+            if (res.destroyed || res.writableEnded) return onClosed()
+            // its token revoked: told why, and ended (the gateway lets go of it on the response's close)
+            const release = revocations.hold(holder!, "sse", () => res.end(REVOKED_FRAME))
+            closed = () => {
+              release()
+              onClosed()
+            }
           })
         ),
         Effect.catchTags({

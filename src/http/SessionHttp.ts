@@ -1,11 +1,14 @@
-import { HttpApiBuilder, HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Cookies, HttpApiBuilder, HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Effect, Option } from "effect"
+import * as jose from "jose"
 import { EventLog } from "../persistence/EventLog.js"
 import { Projects } from "../persistence/Projects.js"
+import { TokenDenylist } from "../persistence/TokenDenylist.js"
 import { ProjectNotFound, Unauthorized } from "../schema/errors.js"
 import type { ProjectId, TenantId, UserId } from "../schema/ids.js"
 import { ControlPlaneApi } from "./Api.js"
 import { canSee, OriginPolicy, Principal, SESSION_COOKIE, TokenSigner } from "./Auth.js"
+import { Revocations } from "./Revocations.js"
 import { SessionView, StreamToken } from "./SessionApi.js"
 
 /** The development tenant and project the live page signs in as when no AUTH_SECRET is configured. */
@@ -39,7 +42,41 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
     const signer = yield* TokenSigner
     const log = yield* EventLog
     const projects = yield* Projects
-    const { secureCookies } = yield* OriginPolicy
+    const origins = yield* OriginPolicy
+    const { secureCookies } = origins
+    const denylist = yield* TokenDenylist
+    const revocations = yield* Revocations
+
+    /**
+     * Logout revokes the session's access token (the cookie's, else a bearer's): every runner refuses it within
+     * seconds and closes the streams it holds. Only from an allowed Origin (a cross-site page must not log a user
+     * out); a token that does not verify (expired, forged) has nothing to revoke.
+     */
+    const revokeSession = Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      if (!origins.accepts(request.headers["origin"], request.headers["host"])) return
+      const cookie = Cookies.parseHeader(request.headers["cookie"] ?? "")[SESSION_COOKIE]
+      const token = cookie ?? /^Bearer (\S+)$/i.exec(request.headers["authorization"] ?? "")?.[1]
+      if (token === undefined) return
+      const verified = yield* Effect.option(signer.verify(token))
+      if (Option.isNone(verified) || verified.value.credential.tokenId === null) return
+      const { credential, userId } = verified.value
+      const exp = jose.decodeJwt(token).exp
+      const tokenId = credential.tokenId!
+      yield* denylist.revokeToken({
+        tokenId,
+        expiresAt: exp === undefined ? null : new Date(exp * 1000),
+        by: `logout:${userId}`,
+        reason: "logout"
+      })
+      yield* revocations.revoked({ kind: "token", tokenId, expiresAt: null, revokedAt: new Date() }, "logout")
+      yield* Effect.logInfo("session token revoked at logout").pipe(
+        Effect.annotateLogs({ user_id: userId, token_id: tokenId })
+      )
+    }).pipe(
+      // the cookie goes anyway; a database failure is logged (the token then lives until it expires)
+      Effect.catchAllCause((cause) => Effect.logError("logout could not revoke the session token", cause))
+    )
     return handlers
       .handle("open", () =>
         Effect.gen(function*() {
@@ -60,8 +97,11 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
           return new StreamToken({ token, expires_in: STREAM_TOKEN_TTL })
         }))
       .handle("close", () =>
-        HttpApp.appendPreResponseHandler((_req, response) =>
-          Effect.orDie(HttpServerResponse.expireCookie(response, SESSION_COOKIE, { path: "/" }))
+        Effect.zipRight(
+          revokeSession,
+          HttpApp.appendPreResponseHandler((_req, response) =>
+            Effect.orDie(HttpServerResponse.expireCookie(response, SESSION_COOKIE, { path: "/" }))
+          )
         ))
       .handle("development", () =>
         Effect.gen(function*() {
@@ -70,11 +110,15 @@ export const SessionHttpLive = HttpApiBuilder.group(ControlPlaneApi, "session", 
           }
           // the development tenant's one project: made here (its id is the code's, never a request's)
           yield* projects.ensure(DEV_TENANT, DEV_PROJECT)
-          const principal = { tenantId: DEV_TENANT, userId: DEV_USER, projects: [DEV_PROJECT] }
           yield* setSession(
             yield* signer.sign({ tenant_id: DEV_TENANT, sub: DEV_USER, projects: [DEV_PROJECT] }, SESSION_TTL),
             secureCookies
           )
-          return view(principal, true)
+          return new SessionView({
+            tenant_id: DEV_TENANT,
+            user_id: DEV_USER,
+            projects: [DEV_PROJECT],
+            development: true
+          })
         }))
   }))

@@ -7,6 +7,8 @@ import { EventLog } from "../persistence/EventLog.js"
 import { EventCursorFromString } from "../schema/cursor.js"
 import { ProjectId, TaskId } from "../schema/ids.js"
 import { AuthSettings, canSee, OriginPolicy, type Principal, SESSION_COOKIE, TokenSigner } from "./Auth.js"
+import { refuseRevoked } from "./AuthenticationLive.js"
+import { type Holder, Revocations } from "./Revocations.js"
 
 /** Why a stream was not opened; the status is the HTTP answer (SSE) or the close reason (WebSocket). */
 export class StreamRefused extends Schema.TaggedError<StreamRefused>()("StreamRefused", {
@@ -38,27 +40,37 @@ const VERIFIED_TOKENS = 10_000
  * not name, is 404), the cursor (`Last-Event-ID`, `?after=`, `?last_event_id=`) and the optional `?task_id=` filter.
  * Long-lived tokens are never taken from the URL. An access token's signature is verified once: later opens with it
  * check only its expiry (within AUTH_CLOCK_SKEW), and one that expired meanwhile is verified again, so refused. A
- * refused token is not remembered (each try is verified, and counted in auth_tokens_refused). No span: it runs once
- * per stream open.
+ * refused token is not remembered (each try is verified, and counted in auth_tokens_refused). A revoked token
+ * (Revocations.ts) is refused, and dropped from the verified ones. No span: it runs once per stream open.
  */
 export const makeStreamAuth = Effect.gen(function*() {
   const signer = yield* TokenSigner
   const origins = yield* OriginPolicy
   const log = yield* EventLog
+  const revocations = yield* Revocations
   const skewMs = Duration.toMillis((yield* AuthSettings.config).clockSkew)
   const verified = new Map<string, { readonly principal: Principal["Type"]; readonly expiresAt: number }>()
 
   const verifyAccess = (token: string) =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => {
       const known = verified.get(token)
+      if (known !== undefined && revocations.isRevoked(known.principal)) {
+        // revoked since it was verified: forgotten, and refused from now on
+        verified.delete(token)
+        return refuseRevoked(revocations, known.principal)
+      }
       if (known !== undefined && now <= known.expiresAt + skewMs) return Effect.succeed(known.principal)
       verified.delete(token) // expired: the signer refuses it (and counts why)
-      return Effect.tap(signer.verify(token), (principal) =>
+      return Effect.tap(Effect.flatMap(signer.verify(token), (p) => refuseRevoked(revocations, p)), (principal) =>
         Effect.sync(() => {
           // the signature is verified: its claims can be read as they are (exp is required)
           const exp = jose.decodeJwt(token).exp
-          if (exp === undefined) return
-          if (verified.size >= VERIFIED_TOKENS) verified.delete(verified.keys().next().value!)
+          if (exp === undefined) {
+            return
+          }
+          if (verified.size >= VERIFIED_TOKENS) {
+            verified.delete(verified.keys().next().value!)
+          }
           verified.set(token, { principal, expiresAt: exp * 1000 })
         }))
     })
@@ -89,7 +101,12 @@ export const makeStreamAuth = Effect.gen(function*() {
           Effect.mapError(() => refuse(503, "the database is unavailable: retry later"))
         )
         if (!fresh) return yield* refuse(401, "this stream token was already used")
-        principal = { tenantId: claims.tenant_id, userId: claims.sub, projects: [claims.project] }
+        principal = yield* refuseRevoked(revocations, {
+          tenantId: claims.tenant_id,
+          userId: claims.sub,
+          projects: [claims.project],
+          credential: claims.credential
+        }).pipe(Effect.mapError(unauthorized))
       } else if (cookie !== undefined) {
         principal = yield* Effect.mapError(verifyAccess(cookie), unauthorized)
       } else {
@@ -117,8 +134,10 @@ export const makeStreamAuth = Effect.gen(function*() {
         userId: principal.userId,
         projectId: projectId.right,
         after,
-        taskId
-      } satisfies StreamRequest
+        taskId,
+        // who holds the stream, for closing it when the token is revoked (Revocations.ts); the gateway ignores it
+        holder: { userId: principal.userId, credential: principal.credential } satisfies Holder
+      } satisfies StreamRequest & { readonly holder: Holder }
     })
 
   return { authorize } as const

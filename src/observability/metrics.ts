@@ -52,6 +52,10 @@ export const callbackReorders = Metric.counter("callback_reorders_total", {
 export const taskObservations = Metric.counter("task_observations_total", {
   description: "provider observations evaluated by task entities, by provider, source (webhook, poll) and outcome"
 })
+export const lateAttemptResults = Metric.counter("late_attempt_results_total", {
+  description:
+    "terminal results of superseded attempts (seed 12.7.3), by provider, status and outcome (recorded for cost reconciliation, or a duplicate)"
+})
 
 // ── polling and quotas (seed 12.11.6: poll QPS, share of 429s, quota use per provider)
 

@@ -24,6 +24,8 @@ import operations from "../../migrations/0012_operations.js"
 import runnerControls from "../../migrations/0013_runner_controls.js"
 import outboxUnpublishedOrder from "../../migrations/0014_outbox_unpublished_order.js"
 import submissionSlotAcquire from "../../migrations/0015_submission_slot_acquire.js"
+import lateAttemptResults from "../../migrations/0016_late_attempt_results.js"
+import tokenRevocations from "../../migrations/0017_token_revocations.js"
 import * as S from "../config/Settings.js"
 import { makePool } from "./pgPool.js"
 
@@ -51,7 +53,9 @@ const migrations = {
   "0012_operations": operations,
   "0013_runner_controls": runnerControls,
   "0014_outbox_unpublished_order": outboxUnpublishedOrder,
-  "0015_submission_slot_acquire": submissionSlotAcquire
+  "0015_submission_slot_acquire": submissionSlotAcquire,
+  "0016_late_attempt_results": lateAttemptResults,
+  "0017_token_revocations": tokenRevocations
 }
 
 /** The table the Migrator records applied migrations in (migration_id = the number before the name's `_`). */

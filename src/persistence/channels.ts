@@ -5,3 +5,6 @@ export const INBOX_CHANNEL = "provider_inbox"
 
 /** New outbox_events rows (a trigger, migrations/0007_propagation.ts). */
 export const OUTBOX_CHANNEL = "outbox_events"
+
+/** New token_revocations rows (a trigger, migrations/0017_token_revocations.ts). */
+export const REVOCATIONS_CHANNEL = "token_revocations"

@@ -21,14 +21,17 @@ import { EventGateway } from "../gateway/EventGateway.js"
 import { ProjectFeeds } from "../gateway/ProjectFeeds.js"
 import { AdminHttpLive } from "../http/admin/AdminHttp.js"
 import { ClusterHttpLive } from "../http/admin/ClusterHttp.js"
+import { LateResultsHttpLive } from "../http/admin/LateResultsHttp.js"
 import { OperationsHttpLive } from "../http/admin/OperationsHttp.js"
 import { OperatorAuthenticationLive } from "../http/admin/OperatorAuth.js"
 import { OpsPageLive } from "../http/admin/OpsPage.js"
 import { OutputsHttpLive } from "../http/admin/OutputsHttp.js"
 import { RedisHttpLive } from "../http/admin/RedisHttp.js"
+import { TokensHttpLive } from "../http/admin/TokensHttp.js"
 import { ControlPlaneApi } from "../http/Api.js"
 import { ApiSettings } from "../http/apiSettings.js"
-import { AuthenticationLive, OriginPolicy, TokenSigner } from "../http/Auth.js"
+import { OriginPolicy, TokenSigner } from "../http/Auth.js"
+import { AuthenticationLive } from "../http/AuthenticationLive.js"
 import { EventsSocketLive } from "../http/EventsSocket.js"
 import { EventsSseLive } from "../http/EventsSse.js"
 import { HealthRoutesLive } from "../http/Health.js"
@@ -38,6 +41,7 @@ import { ModeGateLive } from "../http/ModeGate.js"
 import { ProjectsHttpLive } from "../http/ProjectsHttp.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import { limitDeclaredBodies } from "../http/RequestBody.js"
+import { Revocations } from "../http/Revocations.js"
 import { RunnerState } from "../http/RunnerState.js"
 import { SessionHttpLive } from "../http/SessionHttp.js"
 import { TasksHttpLive } from "../http/TasksHttp.js"
@@ -56,6 +60,7 @@ import * as Database from "../persistence/Database.js"
 import { EventLog } from "../persistence/EventLog.js"
 import { EventRetentionLive } from "../persistence/EventRetention.js"
 import { FenceControl } from "../persistence/FenceControl.js"
+import { LateResults } from "../persistence/LateResults.js"
 import { MetricsSamplerLive } from "../persistence/MetricsSampler.js"
 import { OperatorAudit } from "../persistence/OperatorAudit.js"
 import { OperatorQueues } from "../persistence/OperatorQueues.js"
@@ -64,6 +69,7 @@ import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
 import { TaskStore } from "../persistence/TaskStore.js"
+import { TokenDenylist } from "../persistence/TokenDenylist.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { NotificationDispatcherLive } from "../propagation/NotificationDispatcher.js"
 import { OutboxRelayLive } from "../propagation/OutboxRelay.js"
@@ -79,7 +85,13 @@ import { RunnerConfig } from "./RunnerConfig.js"
 /** Everything that needs only the database: migrations run before anything reads a table. */
 export const layerStores = <E, R>(database: Layer.Layer<Database.Sql, E, R>) => {
   const migrated = Database.MigrationsLive.pipe(Layer.provideMerge(database))
-  return Layer.mergeAll(TaskStore.Default, TaskAdmission.Default, Projects.Default, CallbackInbox.Default).pipe(
+  return Layer.mergeAll(
+    TaskStore.Default,
+    TaskAdmission.Default,
+    Projects.Default,
+    CallbackInbox.Default,
+    LateResults.Default
+  ).pipe(
     Layer.provideMerge(WriteFence.Default),
     Layer.provideMerge(migrated)
   )
@@ -158,9 +170,15 @@ export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycl
 
 /**
  * What both the API and the event streams read, in every process (no connection of their own, and the testing kit
- * signs its tokens with this signer): the event log, the origin policy and the token signer.
+ * signs its tokens with this signer): the event log, the origin policy, the token signer and the runner's view of the
+ * token denylist (one per process: its LISTEN, its refresh and the streams it may have to close).
  */
-const layerStreamDeps = Layer.mergeAll(EventLog.Default, OriginPolicy.Default, TokenSigner.Default)
+const layerStreamDeps = Layer.mergeAll(
+  EventLog.Default,
+  OriginPolicy.Default,
+  TokenSigner.Default,
+  Revocations.Default.pipe(Layer.provideMerge(TokenDenylist.Default))
+)
 
 /** The gateway behind the event streams: project feeds over the notification bus and the event log, with limits. */
 const layerEventGateway = EventGateway.Default.pipe(
@@ -190,7 +208,16 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(HttpApiBuilder.api(ControlPlaneApi)),
   Layer.provide(Layer.mergeAll(ProjectsHttpLive, TasksHttpLive, SessionHttpLive, LivePageLive)),
   Layer.provide(
-    Layer.mergeAll(AdminHttpLive, ClusterHttpLive, OperationsHttpLive, OutputsHttpLive, RedisHttpLive, OpsPageLive)
+    Layer.mergeAll(
+      AdminHttpLive,
+      ClusterHttpLive,
+      OperationsHttpLive,
+      OutputsHttpLive,
+      RedisHttpLive,
+      LateResultsHttpLive,
+      TokensHttpLive,
+      OpsPageLive
+    )
   ),
   Layer.provide(
     Layer.mergeAll(
