@@ -2,6 +2,7 @@ import { Command } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Logger, LogLevel } from "effect"
 import { AdminClient, describeFailure, layerAdminClient } from "./ops/AdminClient.js"
+import { breakerCommands } from "./ops/breakerCommands.js"
 import { clusterCommands } from "./ops/clusterCommands.js"
 import { operationsCommands } from "./ops/operationsCommands.js"
 
@@ -18,7 +19,7 @@ const whoami = Command.make("whoami", {}, () =>
 
 const ops = Command.make("ops").pipe(
   Command.withDescription("operate the task-status control plane through a runner's admin API"),
-  Command.withSubcommands([whoami, ...clusterCommands, ...operationsCommands])
+  Command.withSubcommands([whoami, ...clusterCommands, ...operationsCommands, ...breakerCommands])
 )
 
 const cli = Command.run(ops, { name: "ops", version: "0.1.0" })
