@@ -59,7 +59,9 @@ export const makeSimulator = (options: SimulatorOptions) =>
       webhooksDuplicated: 0,
       queries: 0,
       throttled: 0,
-      downloads: 0
+      downloads: 0,
+      /** requests of a `faultRoutes` route answered with a fault, by route and kind (`runway/gen4.5 submit`) */
+      routeFaults: {} as Record<string, number>
     }
     const fal = generateKeyPairSync("ed25519")
     const providers = simulatedProviders(fal.publicKey.export({ format: "jwk" }))
@@ -180,11 +182,15 @@ export const makeSimulator = (options: SimulatorOptions) =>
       })
 
     /** Faults of one route only (`faultRoutes`): applied by the handler once it knows the request's model. */
-    const routeFault = (route: string) =>
-      Effect.flatMap(
-        Ref.get(faults),
-        (f) => f.faultRoutes.includes(route) ? faultOf(f) : Effect.succeedNone
-      )
+    const routeFault = (route: string, kind: "submit" | "query") =>
+      Effect.flatMap(Ref.get(faults), (f) =>
+        f.faultRoutes.includes(route)
+          ? Effect.tap(faultOf(f), (fault) =>
+            Effect.sync(() => {
+              const key = `${route} ${kind}`
+              if (Option.isSome(fault)) stats.routeFaults[key] = (stats.routeFaults[key] ?? 0) + 1
+            }))
+          : Effect.succeedNone)
 
     /** Query-API faults: 429 with Retry-After, 5xx, slow answers; on every request unless `faultRoutes` names some. */
     const withFaults = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
@@ -219,7 +225,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
             })
             // refused as the real API refuses: nothing is created, nothing is counted
             if (Either.isLeft(checked)) return json(checked.left.body, checked.left.status)
-            const fault = yield* routeFault(`${provider.name}/${checked.right.model}`)
+            const fault = yield* routeFault(`${provider.name}/${checked.right.model}`, "submit")
             if (Option.isSome(fault)) return fault.value
             const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
             const job = yield* create(
@@ -241,7 +247,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
             const job = ownJob(o.id === undefined ? params.id : o.id(params, body))
             const notFound = o.notFound ?? { status: 404, body: { error: "not found" } }
             if (job === undefined) return json(notFound.body, notFound.status)
-            const fault = yield* routeFault(`${provider.name}/${job.model}`)
+            const fault = yield* routeFault(`${provider.name}/${job.model}`, "query")
             if (Option.isSome(fault)) return fault.value
             const now = yield* Clock.currentTimeMillis
             const times = queried.get(job.id)
