@@ -58,8 +58,10 @@ export const makeSubmitter = (
         return Math.min(scaled(5), 1000)
       }
       const route = { provider: attempt.provider, model: attempt.model }
+      // looked at again every few seconds at most, so that an operator's reset lets queued tasks go soon (a look is
+      // one Redis step, no database work)
       const looked = yield* breaker.admit(route, "submit", false)
-      if (looked._tag === "Refused") return looked.waitMs
+      if (looked._tag === "Refused") return Math.min(looked.waitMs, scaled(5))
       const scope = `${attempt.provider}/${attempt.model}/${s.task.tenantId}`
       if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
         return scaled(3)
@@ -67,7 +69,7 @@ export const makeSubmitter = (
       // admitted before SUBMITTING is committed: a refusal after it would leave a submit that was never sent looking
       // like one of unknown outcome
       const admission = yield* breaker.admit(route, "submit")
-      if (admission._tag === "Refused") return admission.waitMs
+      if (admission._tag === "Refused") return Math.min(admission.waitMs, scaled(5))
       const begun = yield* h.apply((st, now) => Steps.beginSubmit(st, now, meta(h)))
       if (begun.outcome !== "changed") return 0
       const request = yield* schedule.requestOf(h.taskId)
