@@ -5,11 +5,12 @@ import { Context, Duration, Effect, Layer, Logger, LogLevel, Schedule } from "ef
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import { TokenSigner } from "../../src/http/Auth.js"
 import { ProviderBreaker } from "../../src/quota/ProviderBreaker.js"
 import * as Redis from "../../src/redis/Redis.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { withSettings as settingsLayer } from "../../src/testing/TestRunner.js"
-import { adminClient } from "../support/admin.js"
+import { adminClient, runOps } from "../support/admin.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaledDuration, services } from "../support/env.js"
 import { expectBalanced, ledgers, startTask, statuses, waitForStatus } from "../support/lifecycle.js"
@@ -59,13 +60,15 @@ const TestLayer = layerSim(simPort, platform).pipe(
 )
 
 /** A second runner's breaker on the same Redis: what it sees is what every runner sees. */
-const otherRunner = Layer.build(
-  ProviderBreaker.Default.pipe(
-    Layer.provide(Redis.layer(redisUrl ?? "", prefix)),
-    Layer.provide(settingsLayer(breakerSettings)),
-    Layer.provide(Logger.minimumLogLevel(LogLevel.Error))
-  )
-).pipe(Effect.map((ctx) => Context.get(ctx, ProviderBreaker)))
+const otherRunnerWith = (overrides: Record<string, string>) =>
+  Layer.build(
+    ProviderBreaker.Default.pipe(
+      Layer.provide(Redis.layer(redisUrl ?? "", prefix)),
+      Layer.provide(settingsLayer({ ...breakerSettings, ...overrides })),
+      Layer.provide(Logger.minimumLogLevel(LogLevel.Error))
+    )
+  ).pipe(Effect.map((ctx) => Context.get(ctx, ProviderBreaker)))
+const otherRunner = otherRunnerWith({})
 
 const stateOf = (breaker: ProviderBreaker, model: string) =>
   Effect.map(breaker.list, ({ breakers }) => breakers.find((b) => b.provider === "runway" && b.model === model))
@@ -152,33 +155,55 @@ describe.skipIf(noDatabase || redisUrl === undefined)("provider breaker against 
       { timeout: 180_000 }
     )
 
-    it.scoped("an operator lists the breakers and resets one through the admin API; the reset is audited", () =>
-      Effect.gen(function*() {
-        const breaker = yield* otherRunner
-        const route = { provider: "luma", model: "ray-flash-2" }
-        for (let i = 0; i < 4; i++) yield* breaker.guard(route, "query", Effect.fail("503"), () => true)
-        const client = yield* adminClient(platform, "breaker-test")
-        const listed = yield* client.breakers.list()
-        expect(listed.breakers.find((b) => b.model === "ray-flash-2")).toMatchObject({ state: "open", calls: 0 })
-        const reset = yield* client.breakers.reset({
-          payload: { provider: "luma", model: "ray-flash-2", reason: "provider confirmed the incident is over" }
-        })
-        expect(reset.reset).toEqual([{ provider: "luma", model: "ray-flash-2", from: "open" }])
-        expect((yield* breaker.admit(route, "query"))._tag).toBe("Admitted")
-        const audit = yield* client.operations.audit()
-        expect(audit.changes[0]).toMatchObject({
-          operator: "breaker-test",
-          what: "breaker.reset luma/ray-flash-2",
-          to: "closed",
-          reason: "provider confirmed the incident is over"
-        })
-        // bad input is refused clearly
-        const unknown = yield* client.breakers.reset({ payload: { provider: "nobody", reason: "x" } }).pipe(Effect.flip)
-        expect(unknown._tag).toBe("OperationRefused")
-        const none = yield* client.breakers.reset({ payload: { provider: "luma", model: "ray-2x", reason: "x" } }).pipe(
-          Effect.flip
-        )
-        expect(none._tag).toBe("NotFound")
-      }).pipe(Effect.timeout(scaledDuration(Duration.seconds(30)))))
+    it.scoped(
+      "an operator lists the breakers and resets one through the admin API; the reset is audited",
+      () =>
+        Effect.gen(function*() {
+          // what it trips stays open for an hour, however slowly the CLI starts
+          const breaker = yield* otherRunnerWith({ BREAKER_OPEN_FOR: "1 hour", BREAKER_OPEN_MAX: "1 hour" })
+          const route = { provider: "luma", model: "ray-flash-2" }
+          for (let i = 0; i < 4; i++) yield* breaker.guard(route, "query", Effect.fail("503"), () => true)
+          const client = yield* adminClient(platform, "breaker-test")
+          const listed = yield* client.breakers.list()
+          expect(listed.breakers.find((b) => b.model === "ray-flash-2")).toMatchObject({ state: "open", calls: 0 })
+          const reset = yield* client.breakers.reset({
+            payload: { provider: "luma", model: "ray-flash-2", reason: "provider confirmed the incident is over" }
+          })
+          expect(reset.reset).toEqual([{ provider: "luma", model: "ray-flash-2", from: "open" }])
+          expect((yield* breaker.admit(route, "query"))._tag).toBe("Admitted")
+          const audit = yield* client.operations.audit()
+          expect(audit.changes[0]).toMatchObject({
+            operator: "breaker-test",
+            what: "breaker.reset luma/ray-flash-2",
+            to: "closed",
+            reason: "provider confirmed the incident is over"
+          })
+          // the same through `npm run ops -- breakers` as an operator runs it
+          const token = yield* Effect.flatMap(TokenSigner, (t) => t.signOperator("breaker-cli"))
+          const ops = { OPS_URL: platform, OPS_TOKEN: token }
+          for (let i = 0; i < 4; i++) yield* breaker.guard(route, "query", Effect.fail("503"), () => true)
+          const shown = yield* runOps(["breakers"], ops)
+          expect(shown.code, shown.stderr).toBe(0)
+          expect(shown.stdout).toMatch(/^luma\/ray-flash-2\topen\t/m)
+          const cleared = yield* runOps(["breakers", "reset", "--reason", "incident over", "luma", "ray-flash-2"], ops)
+          expect(cleared.code, cleared.stderr).toBe(0)
+          expect(cleared.stdout).toContain("luma/ray-flash-2\topen → closed")
+          expect((yield* breaker.admit(route, "query"))._tag).toBe("Admitted")
+          const refused = yield* runOps(["breakers", "reset", "--reason", "x", "nobody"], ops)
+          expect(refused.code).toBe(1)
+          expect(refused.stderr).toContain("unknown provider nobody")
+          // bad input is refused clearly
+          const unknown = yield* client.breakers.reset({ payload: { provider: "nobody", reason: "x" } }).pipe(
+            Effect.flip
+          )
+          expect(unknown._tag).toBe("OperationRefused")
+          const none = yield* client.breakers.reset({ payload: { provider: "luma", model: "ray-2x", reason: "x" } })
+            .pipe(
+              Effect.flip
+            )
+          expect(none._tag).toBe("NotFound")
+        }).pipe(Effect.timeout(scaledDuration(Duration.seconds(150)))),
+      { timeout: 180_000 }
+    )
   })
 })
