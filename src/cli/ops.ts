@@ -2,6 +2,7 @@ import { Command } from "@effect/cli"
 import { NodeContext, NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Logger, LogLevel } from "effect"
 import { AdminClient, describeFailure, layerAdminClient } from "./ops/AdminClient.js"
+import { breakerCommands } from "./ops/breakerCommands.js"
 import { clusterCommands } from "./ops/clusterCommands.js"
 import { lateResults } from "./ops/lateResultsCommands.js"
 import { operationsCommands } from "./ops/operationsCommands.js"
@@ -29,7 +30,8 @@ const ops = Command.make("ops").pipe(
     ...outputsCommands,
     ...redisCommands,
     lateResults,
-    token
+    token,
+    ...breakerCommands
   ])
 )
 

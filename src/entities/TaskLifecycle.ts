@@ -12,6 +12,7 @@ import { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
+import { ProviderBreaker } from "../quota/ProviderBreaker.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
 import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
@@ -110,7 +111,8 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const work = yield* OutputWork
     const fence = yield* WriteFence
     const quota = yield* ProviderQuota
-    const poller = makePoller({ clients, schedule, quota, config })
+    const breaker = yield* ProviderBreaker
+    const poller = makePoller({ clients, schedule, quota, breaker, config })
     const parked = makeParkedTasks()
     const idleAfterMs = Duration.toMillis(config.idleAfter)
     const scaled = (seconds: number) => seconds * 1000 * config.policy.scale * (0.8 + Math.random() * 0.4)
@@ -133,6 +135,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
       clients,
       schedule,
       quota,
+      breaker,
       fence,
       poller,
       config,

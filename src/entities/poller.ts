@@ -4,11 +4,13 @@ import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy 
 import type { TaskState } from "../domain/taskState.js"
 import { providerPolls } from "../observability/metrics.js"
 import type { AttemptSchedule, PollLease } from "../persistence/AttemptSchedule.js"
-import type { ProviderCallFailed } from "../providers/errors.js"
+import { isProviderFault, type ProviderCallFailed } from "../providers/errors.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
 import { sha256hex } from "../providers/ProviderAdapter.js"
 import type { ProviderClients } from "../providers/ProviderClients.js"
+import type { ProviderBreaker } from "../quota/ProviderBreaker.js"
 import type { ProviderQuota } from "../quota/ProviderQuota.js"
+import type { AttemptId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { type AttemptSnapshot, isTerminal, trusted } from "../schema/task.js"
 import type { TaskHandle } from "./taskHandle.js"
@@ -46,6 +48,7 @@ export interface PollerDeps {
   readonly clients: ProviderClients
   readonly schedule: AttemptSchedule
   readonly quota: ProviderQuota
+  readonly breaker: ProviderBreaker
   readonly config: {
     readonly policy: PollPolicy
     readonly pollLease: Duration.Duration
@@ -59,17 +62,27 @@ export const QUOTA_DEFERRED = -1
 /**
  * The polling half of a task's lifecycle (seed 12.8.3–12.8.4): waits for the attempt's next_poll_at, takes a
  * quota token, holds the attempt's poll lease in PostgreSQL during the query, feeds the answer through the
- * entity, and schedules the next poll by state and error class. 401/403 open the provider credential's breaker
- * for every task on this runner; malformed answers are quarantined (kept in last_poll_error, never applied).
+ * entity, and schedules the next poll by state and error class. Every query goes through the provider and model's
+ * breaker (src/quota/ProviderBreaker.ts): while it is open the poll is put off, unsent and without a quota slot;
+ * 401/403 open the provider credential's breaker for every task on this runner; malformed answers are quarantined
+ * (kept in last_poll_error, never applied).
  */
-export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => {
-  const breakers = new Map<string, number>()
+export const makePoller = ({ breaker, clients, config, quota, schedule }: PollerDeps) => {
   const policy = config.policy
   const leaseMs = Duration.toMillis(config.pollLease)
   const quotaWaitMs = Duration.toMillis(config.idleQuotaWait)
 
-  /** How long the provider's credential breaker stays open from `now` (0: closed). */
-  const breakerWait = (provider: string, now: number) => Math.max(0, (breakers.get(provider) ?? 0) - now)
+  /**
+   * The route's breaker is open: the poll waits until it may half-open (spread over a fifth more, at most 5 s, so
+   * the waiting tasks do not all ask at once), written to PostgreSQL too, so the sweeper and a new owner agree.
+   */
+  const putOff = (h: TaskHandle, attemptId: AttemptId, waitMs: number, failures: number) =>
+    Effect.gen(function*() {
+      const delay = Math.ceil(waitMs + Math.random() * Math.min(waitMs / 5, 5000))
+      yield* schedule.schedule(attemptId, delay)
+      h.scheduleMemo = { attemptId, nextPollAt: (yield* Clock.currentTimeMillis) + delay, failures }
+      return delay
+    })
 
   const failureDelayMs = (error: ProviderCallFailed, failures: number) => nextPollAfterFailure(error, failures, policy)
 
@@ -88,9 +101,8 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
     let held: PollLease | null = null
     return Effect.gen(function*() {
       const attempt = s.attempt!
+      const route = { provider: attempt.provider, model: attempt.model }
       let now = yield* Clock.currentTimeMillis
-      const open = breakerWait(attempt.provider, now)
-      if (open > 0) return open
       let memo = h.scheduleMemo?.attemptId === attempt.id ? h.scheduleMemo : null
       if (memo === null) {
         const sched = yield* schedule.get(attempt.id)
@@ -107,6 +119,9 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       }
       if (memo.nextPollAt > now) return memo.nextPollAt - now
       const pollFailures = memo.failures
+      // looked at before the quota slot is taken (not claiming a half-open probe): an open breaker costs no slot
+      const looked = yield* breaker.admit(route, "query", false)
+      if (looked._tag === "Refused") return yield* putOff(h, attempt.id, looked.waitMs, pollFailures)
       if (h.granted) {
         // the runner took this poll's slot before it woke the entity (ParkedTasks.ts)
         h.granted = false
@@ -115,10 +130,6 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       ) {
         return QUOTA_DEFERRED
       }
-      // the breaker may have opened while this poll waited for its quota slot
-      now = yield* Clock.currentTimeMillis
-      const opened = breakerWait(attempt.provider, now)
-      if (opened > 0) return opened
       // claimed and remembered as one step: an interruption while the claim's query is out would otherwise leave the
       // lease taken but unknown here, not given back (measured: one task 30 s late after a drain, POLL_LEASE)
       const lease = yield* schedule.claim(attempt.id, leaseMs).pipe(
@@ -130,7 +141,19 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
         return 1000 * policy.scale
       }
       const client = yield* clients.get(attempt.provider)
-      const answer = yield* client.query(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
+      const sent = yield* breaker.guard(
+        route,
+        "query",
+        client.query(attempt.providerTaskId!, attempt.model),
+        isProviderFault
+      )
+      if (sent._tag === "Refused") {
+        // the breaker opened while this poll waited for its quota slot: the lease goes back unused
+        yield* schedule.release(attempt.id, lease.value)
+        held = null
+        return yield* putOff(h, attempt.id, sent.waitMs, pollFailures)
+      }
+      const answer = sent.result
       const polled = Metric.tagged(providerPolls, "provider", attempt.provider)
       yield* Metric.increment(Metric.tagged(polled, "outcome", Either.isRight(answer) ? "ok" : answer.left.kind))
       now = yield* Clock.currentTimeMillis
@@ -151,8 +174,7 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
           yield* quota.penalize(attempt.provider, Duration.millis(delay))
           break
         case "auth":
-          breakers.set(attempt.provider, now + delay)
-          yield* Effect.logError("provider refused our credential: breaker open", { provider: attempt.provider })
+          yield* breaker.tripCredential(attempt.provider, delay)
           break
         case "malformed":
           yield* Effect.logWarning("malformed provider answer quarantined", { detail: error.detail })
@@ -191,9 +213,19 @@ export const makePoller = ({ clients, config, quota, schedule }: PollerDeps) => 
       const attempt = s.attempt!
       const sched = yield* schedule.get(attempt.id)
       if (Option.isSome(sched) && sched.value.cancelSentAt === null) {
+        const route = { provider: attempt.provider, model: attempt.model }
         const client = yield* clients.get(attempt.provider)
+        const looked = yield* breaker.admit(route, "cancel", false)
+        if (looked._tag === "Refused") return looked.waitMs
         yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
-        const sent = yield* client.cancel(attempt.providerTaskId!, attempt.model).pipe(Effect.either)
+        const guarded = yield* breaker.guard(
+          route,
+          "cancel",
+          client.cancel(attempt.providerTaskId!, attempt.model),
+          isProviderFault
+        )
+        if (guarded._tag === "Refused") return guarded.waitMs
+        const sent = guarded.result
         if (Either.isLeft(sent) && sent.left.kind !== "not_found") {
           yield* Effect.logWarning("provider cancel failed; retrying", sent.left)
           return failureDelayMs(sent.left, h.failed())

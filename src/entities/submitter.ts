@@ -4,7 +4,9 @@ import type { TaskState } from "../domain/taskState.js"
 import { unknownSubmitsResolved } from "../observability/metrics.js"
 import type { AttemptSchedule } from "../persistence/AttemptSchedule.js"
 import type { WriteFence } from "../persistence/WriteFence.js"
+import { isProviderFault } from "../providers/errors.js"
 import type { ProviderClients } from "../providers/ProviderClients.js"
+import type { ProviderBreaker } from "../quota/ProviderBreaker.js"
 import type { ProviderQuota } from "../quota/ProviderQuota.js"
 import type { makePoller } from "./poller.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
@@ -13,6 +15,7 @@ export interface SubmitterDeps {
   readonly clients: ProviderClients
   readonly schedule: AttemptSchedule
   readonly quota: ProviderQuota
+  readonly breaker: ProviderBreaker
   readonly fence: WriteFence
   readonly poller: ReturnType<typeof makePoller>
   readonly config: {
@@ -35,10 +38,11 @@ export const submissionsHeld = Metric.counter("submissions_held_by_mode_total", 
 /**
  * The submission half of a task's lifecycle (seed 12.7.5): a slot, the SUBMITTING commit before the call,
  * then submitted, unknown or a new attempt; an unknown outcome is resolved by lookup by our idempotency key,
- * never by submitting again before the provider confirms it has nothing.
+ * never by submitting again before the provider confirms it has nothing. While the provider and model's breaker is
+ * open (src/quota/ProviderBreaker.ts) nothing is sent: the task stays queued, looked at again when it may half-open.
  */
 export const makeSubmitter = (
-  { clients, config, fence, poller, quota, retryDelay, schedule, scaled }: SubmitterDeps
+  { breaker, clients, config, fence, poller, quota, retryDelay, schedule, scaled }: SubmitterDeps
 ) => {
   const submit = (h: TaskHandle, s: TaskState) =>
     Effect.gen(function*() {
@@ -54,10 +58,19 @@ export const makeSubmitter = (
         yield* Metric.increment(Metric.tagged(submissionsHeld, "provider", attempt.provider))
         return Math.min(scaled(5), 1000)
       }
+      const route = { provider: attempt.provider, model: attempt.model }
+      // looked at again every few seconds at most, so that an operator's reset lets queued tasks go soon (a look is
+      // one Redis step, no database work)
+      const looked = yield* breaker.admit(route, "submit", false)
+      if (looked._tag === "Refused") return Math.min(looked.waitMs, scaled(5))
       const scope = `${attempt.provider}/${attempt.model}/${s.task.tenantId}`
       if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
         return scaled(3)
       }
+      // admitted before SUBMITTING is committed: a refusal after it would leave a submit that was never sent looking
+      // like one of unknown outcome
+      const admission = yield* breaker.admit(route, "submit")
+      if (admission._tag === "Refused") return Math.min(admission.waitMs, scaled(5))
       const begun = yield* h.apply((st, now) => Steps.beginSubmit(st, now, meta(h)))
       if (begun.outcome !== "changed") return 0
       const request = yield* schedule.requestOf(h.taskId)
@@ -69,6 +82,7 @@ export const makeSubmitter = (
         durationSeconds: request.durationSeconds,
         resolution: request.resolution
       }).pipe(Effect.either)
+      yield* breaker.record(route, admission.probe, Either.isLeft(result) && isProviderFault(result.left))
       if (Either.isRight(result)) {
         yield* h.apply((st, now) => Steps.submitAccepted(st, attempt.id, result.right.providerTaskId, now, meta(h)))
         yield* schedule.schedule(attempt.id, poller.firstPollMs())
@@ -107,6 +121,10 @@ export const makeSubmitter = (
       const now = yield* Clock.currentTimeMillis
       const since = (attempt.unknownSince ?? attempt.submitStartedAt ?? s.task.updatedAt).getTime()
       const client = yield* clients.get(attempt.provider)
+      // a lookup is a query: not sent while the route's breaker is open (it is not counted either: a provider
+      // without lookups answers without a call)
+      const looked = yield* breaker.admit({ provider: attempt.provider, model: attempt.model }, "lookup", false)
+      if (looked._tag === "Refused") return looked.waitMs
       yield* quota.acquire({ provider: attempt.provider, tenantId: s.task.tenantId })
       const found = yield* client.lookup(attempt.clientRequestId).pipe(Effect.either)
       if (Either.isRight(found)) {

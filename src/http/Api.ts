@@ -1,5 +1,6 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { AdminApi } from "./admin/AdminApi.js"
+import { BreakersApi } from "./admin/BreakersApi.js"
 import { ClusterApi } from "./admin/ClusterApi.js"
 import { LateResultsApi } from "./admin/LateResultsApi.js"
 import { OperationsApi } from "./admin/OperationsApi.js"
@@ -21,6 +22,7 @@ export class ControlPlaneApi extends HttpApi.make("control-plane")
   .add(RedisApi)
   .add(LateResultsApi)
   .add(TokensApi)
+  .add(BreakersApi)
   .annotate(OpenApi.Title, "Task-status control plane")
   .annotate(OpenApi.Description, "Create, read and cancel AI-video generation tasks; follow their events.")
 {}

@@ -78,6 +78,24 @@ export const quotaLimitQps = Metric.gauge("quota_limit_qps", {
     "the provider's configured query rate (shared by all runners): quota use = rate(quota_grants_total) / this"
 })
 
+// ── provider breaker (seed 19.6: per provider and model, 5xx / timeouts / no answer; src/quota/ProviderBreaker.ts)
+
+export const breakerState = Metric.gauge("provider_breaker_state", {
+  description:
+    "a provider route's breaker as this runner last saw it: 0 closed, 1 half-open, 2 open, by provider and " +
+    "model (model * is the provider credential's 401/403 breaker)"
+})
+export const breakerTransitions = Metric.counter("provider_breaker_transitions_total", {
+  description: "breaker state changes made by this runner, by provider, model and state reached (closed: also resets)"
+})
+export const breakerRefused = Metric.counter("provider_breaker_refused_total", {
+  description: "provider calls not sent because the route's breaker was open, by provider, model and call " +
+    "(submit, query, cancel, lookup)"
+})
+export const breakerFallback = Metric.counter("provider_breaker_local_steps_total", {
+  description: "breaker steps taken on this runner's local breaker because Redis did not answer in time"
+})
+
 // ── task changes
 
 export const taskTransitions = Metric.counter("task_transitions_total", {

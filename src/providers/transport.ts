@@ -47,7 +47,8 @@ const classify = (res: HttpClientResponse.HttpClientResponse): ProviderCallFaile
       ? "auth"
       : "server",
     retryAfter: retryAfterOf(res),
-    detail: `HTTP ${res.status}`
+    detail: `HTTP ${res.status}`,
+    status: res.status
   })
 
 /**
@@ -128,7 +129,7 @@ export const makeTransport = (options: {
       Effect.mapError((e) => new SubmitUnknown({ reason: String(e) })),
       Effect.flatMap((res): Effect.Effect<{ providerTaskId: string }, SubmitRejected | SubmitUnknown> => {
         if (res.status >= 500 || res.status === 408) {
-          return Effect.fail(new SubmitUnknown({ reason: `HTTP ${res.status}` }))
+          return Effect.fail(new SubmitUnknown({ reason: `HTTP ${res.status}`, status: res.status }))
         }
         if (res.status >= 300) {
           return Effect.flatMap(
@@ -140,7 +141,7 @@ export const makeTransport = (options: {
           Effect.flatMap(Schema.decodeUnknown(schema)),
           Effect.map((a) => ({ providerTaskId: idOf(a) })),
           // accepted, but we cannot read what: treat as unknown and resolve by query
-          Effect.mapError((e) => new SubmitUnknown({ reason: `unreadable submit response: ${e}` }))
+          Effect.mapError((e) => new SubmitUnknown({ reason: `unreadable submit response: ${e}`, status: res.status }))
         )
       }),
       Effect.scoped

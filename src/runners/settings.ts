@@ -23,6 +23,7 @@ import { DispatcherSettings } from "../propagation/NotificationDispatcher.js"
 import { OutboxRelaySettings } from "../propagation/OutboxRelay.js"
 import { CallbackTokenSettings, ProviderSettings, ProviderWebhookSettings } from "../providers/ProviderSettings.js"
 import { QueueSettings } from "../queue/RocketMQQueue.js"
+import { BreakerSettings } from "../quota/breakerSettings.js"
 import { QuotaSettings } from "../quota/ProviderQuota.js"
 import { RedisSettings } from "../redis/Redis.js"
 import { SimulatorSettings } from "../simulator/SimulatorSettings.js"
@@ -50,6 +51,7 @@ export const allAreas: ReadonlyArray<S.Area<unknown>> = [
   SweeperSettings,
   ReconcilerSettings,
   QuotaSettings,
+  BreakerSettings,
   OutputSettings,
   ObjectStoreSettings,
   WebhookSettings,

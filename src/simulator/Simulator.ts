@@ -6,7 +6,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Clock, Duration, Effect, Either, FiberMap, Ref, Schema } from "effect"
+import { Clock, Duration, Effect, Either, FiberMap, Option, Ref, Schema } from "effect"
 import { generateKeyPairSync } from "node:crypto"
 import { sha256hex } from "../providers/ProviderAdapter.js"
 import { sampleMp4 } from "./sampleMp4.js"
@@ -60,7 +60,9 @@ export const makeSimulator = (options: SimulatorOptions) =>
       webhooksDuplicated: 0,
       queries: 0,
       throttled: 0,
-      downloads: 0
+      downloads: 0,
+      /** requests of a `faultRoutes` route answered with a fault, by route and kind (`runway/gen4.5 submit`) */
+      routeFaults: {} as Record<string, number>
     }
     const fal = generateKeyPairSync("ed25519")
     const providers = simulatedProviders(fal.publicKey.export({ format: "jwk" }))
@@ -168,22 +170,43 @@ export const makeSimulator = (options: SimulatorOptions) =>
         return job
       })
 
-    /** Query-API faults: 429 with Retry-After, 5xx, slow answers. */
+    /** The API faults for a request (of `route`, `provider/model`, once known): a fault's answer, or None. */
+    const faultOf = (f: FaultConfig) =>
+      Effect.gen(function*() {
+        if (f.slowMs > 0) yield* Effect.sleep(Duration.millis(f.slowMs))
+        if (Math.random() < f.rate429) {
+          stats.throttled++
+          return Option.some(HttpServerResponse.unsafeJson({ error: "rate limited" }, {
+            status: 429,
+            headers: { "retry-after": String(f.retryAfterSeconds) }
+          }))
+        }
+        if (Math.random() < f.rate5xx) return Option.some(json({ error: "upstream error" }, 503))
+        if (Math.random() < f.rate401) return Option.some(json({ error: "invalid api key" }, 401))
+        if (Math.random() < f.rateMalformed) return Option.some(json({ unexpected: "shape" }))
+        return Option.none()
+      })
+
+    /** Faults of one route only (`faultRoutes`): applied by the handler once it knows the request's model. */
+    const routeFault = (route: string, kind: "submit" | "query") =>
+      Effect.flatMap(Ref.get(faults), (f) =>
+        f.faultRoutes.includes(route)
+          ? Effect.tap(faultOf(f), (fault) =>
+            Effect.sync(() => {
+              const key = `${route} ${kind}`
+              if (Option.isSome(fault)) stats.routeFaults[key] = (stats.routeFaults[key] ?? 0) + 1
+            }))
+          : Effect.succeedNone)
+
+    /** Query-API faults: 429 with Retry-After, 5xx, slow answers; on every request unless `faultRoutes` names some. */
     const withFaults = <E, R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
       Effect.gen(function*() {
         const f = yield* Ref.get(faults)
         stats.queries++
-        if (f.slowMs > 0) yield* Effect.sleep(Duration.millis(f.slowMs))
-        if (Math.random() < f.rate429) {
-          stats.throttled++
-          return HttpServerResponse.unsafeJson({ error: "rate limited" }, {
-            status: 429,
-            headers: { "retry-after": String(f.retryAfterSeconds) }
-          })
+        if (f.faultRoutes.length === 0) {
+          const fault = yield* faultOf(f)
+          if (Option.isSome(fault)) return fault.value
         }
-        if (Math.random() < f.rate5xx) return json({ error: "upstream error" }, 503)
-        if (Math.random() < f.rate401) return json({ error: "invalid api key" }, 401)
-        if (Math.random() < f.rateMalformed) return json({ unexpected: "shape" })
         return yield* handler
       })
 
@@ -208,6 +231,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
             })
             // refused as the real API refuses: nothing is created, nothing is counted
             if (Either.isLeft(checked)) return json(checked.left.body, checked.left.status)
+            const fault = yield* routeFault(`${provider.name}/${checked.right.model}`, "submit")
+            if (Option.isSome(fault)) return fault.value
             const key = request.headers["idempotency-key"] ?? `anonymous-${crypto.randomUUID()}`
             const job = yield* create(
               provider,
@@ -228,6 +253,8 @@ export const makeSimulator = (options: SimulatorOptions) =>
             const job = ownJob(o.id === undefined ? params.id : o.id(params, body))
             const notFound = o.notFound ?? { status: 404, body: { error: "not found" } }
             if (job === undefined) return json(notFound.body, notFound.status)
+            const fault = yield* routeFault(`${provider.name}/${job.model}`, "query")
+            if (Option.isSome(fault)) return fault.value
             const now = yield* Clock.currentTimeMillis
             const times = queried.get(job.id)
             if (times === undefined) queried.set(job.id, [now])

@@ -23,6 +23,11 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
   /** Query API answers 401 (a revoked credential) / a 200 body in no known format. */
   rate401: Schema.Number.pipe(Schema.between(0, 1)),
   rateMalformed: Schema.Number.pipe(Schema.between(0, 1)),
+  /**
+   * The routes (`provider/model`, e.g. `runway/gen4.5`) the API faults above (429, 5xx, slow, 401, malformed) hit, on
+   * submits and on queries of their jobs; empty: every request.
+   */
+  faultRoutes: Schema.Array(Schema.String),
   /** The job is created, but the submit response never arrives (the client times out). */
   submitAcceptThenTimeout: Schema.Number.pipe(Schema.between(0, 1)),
   /** Output downloads answered 503 (the provider's storage is failing). */
@@ -45,6 +50,7 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
     slowMs: 0,
     rate401: 0,
     rateMalformed: 0,
+    faultRoutes: [],
     submitAcceptThenTimeout: 0,
     rateOutput5xx: 0,
     progressEveryMs: 0

@@ -231,8 +231,10 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
         yield* waitForStatus(ids, ["submitted", "running"], Duration.seconds(20))
 
         yield* simulator.setFaults({ rateMalformed: 1 })
-        const attempts = sql<{ last_poll_error: string | null; poll_failures: number; due: boolean }>`
-          SELECT last_poll_error, poll_failures, next_poll_at < now() - interval '500 milliseconds' AS due
+        // held: put off by the open breaker to when it may close (3–4.5 s at this scale; a running task's polls are
+        // 0.25–0.75 s apart)
+        const attempts = sql<{ last_poll_error: string | null; poll_failures: number; held: boolean }>`
+          SELECT last_poll_error, poll_failures, next_poll_at > now() + interval '1500 milliseconds' AS held
           FROM task_attempts WHERE task_id IN ${sql.in(ids)}`
         yield* eventually(
           attempts,
@@ -244,12 +246,13 @@ describe.skipIf(noDatabase)("task lifecycle against the provider simulator", () 
         // a revoked credential: the first 401 opens the breaker for every task of the provider on this runner
         const before = simulator.stats.queries
         yield* simulator.setFaults({ rateMalformed: 0, rate401: 1 })
-        // until the breaker has opened (a 401 recorded) and every other task's next poll has been due for a while:
-        // without the breaker each of the 4 tasks would have got its own 401 by then, 4 queries or more. With it, only
-        // the polls already in flight when the first 401 came back (how many depends on timing)
+        // until the breaker has opened (a 401 recorded) and every other task's due poll has been held back by it (its
+        // next poll moved to when the breaker closes): without the breaker each of the 4 tasks would have got its own
+        // 401 by then, 4 queries or more. With it, only the polls already in flight when the first 401 came back (how
+        // many depends on timing)
         yield* eventually(attempts, (rows) =>
           rows.some((a) => a.last_poll_error?.startsWith("auth")) &&
-          rows.every((a) => a.last_poll_error?.startsWith("auth") || a.due))
+          rows.every((a) => a.last_poll_error?.startsWith("auth") || a.held))
         expect(simulator.stats.queries - before).toBeLessThan(4)
         yield* simulator.setFaults({ rate401: 0 })
         yield* waitForStatus(ids, ["ready"], Duration.seconds(60))

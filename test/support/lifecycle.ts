@@ -9,7 +9,10 @@ import { scaledDuration } from "./env.js"
 import { uuid } from "./tasks.js"
 
 /** Admits a task for a simulated provider and wakes its entity, as the API does. */
-export const startTask = (provider: string, options: { readonly tenantId?: string } = {}) =>
+export const startTask = (
+  provider: string,
+  options: { readonly tenantId?: string; readonly model?: string } = {}
+) =>
   Effect.gen(function*() {
     const admission = yield* TaskAdmission
     const tenantId = (options.tenantId ?? uuid()) as TenantId
@@ -24,7 +27,7 @@ export const startTask = (provider: string, options: { readonly tenantId?: strin
       request: { prompt: "a lighthouse at dusk", duration_seconds: 4 },
       provider: provider as ProviderName,
       // a model the provider's definition (and the simulator) accepts
-      model: definitionOf(provider)?.exampleModel ?? "sim-video",
+      model: options.model ?? definitionOf(provider)?.exampleModel ?? "sim-video",
       reserveAmount: 4,
       traceId: "test"
     })
