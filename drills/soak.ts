@@ -146,6 +146,7 @@ const main = async () => {
     const created: Array<number> = []
     let generating = true
     let refused = 0
+    const refusals = new Map<string, number>()
     const generator = (async () => {
       let i = 0
       const started = performance.now()
@@ -156,49 +157,52 @@ const main = async () => {
         void s.createTask(provider).then((id) => {
           ids.push(id)
           created.push(performance.now() - t0)
-        }, () => refused++)
+        }, (e) => {
+          refused++
+          const why = String(e).replace(/"trace_id":"[0-9a-f]+"/, "").slice(0, 120)
+          refusals.set(why, (refusals.get(why) ?? 0) + 1)
+        })
       }
     })()
 
-    // the faults
+    // the faults: runner kills on their own clock, the three service restarts on theirs
     let killed = 0
-    const faults = (async () => {
-      const schedule = [
-        { at: DURATION_MS * 0.3, what: "redis" },
-        { at: DURATION_MS * 0.5, what: "rocketmq" },
-        { at: DURATION_MS * 0.7, what: "postgres" }
-      ]
-      let nextKill = KILL_EVERY_MS
-      while (performance.now() - t0 < DURATION_MS) {
-        const now = performance.now() - t0
-        const service = schedule[0]
-        if (service !== undefined && now >= service.at) {
-          schedule.shift()
-          mark(`restart ${service.what}`)
-          if (service.what === "redis") {
-            await redis.stop()
-            await sleep(2_000)
-            await redis.start()
-          } else if (service.what === "rocketmq") {
-            await mq.stop()
-            await mq.start()
-          } else {
-            pgInstance.stop("fast")
-            await pgInstance.start()
-          }
-          mark(`${service.what} back`)
-        } else if (now >= nextKill) {
-          nextKill += KILL_EVERY_MS
-          const victim = s.runners[killed++ % s.runners.length]!
-          mark(`SIGKILL runner ${victim.name}`)
-          await s.stop(victim, "SIGKILL")
-          await s.start(victim)
-          mark(`runner ${victim.name} back`)
-        } else {
-          await sleep(250)
-        }
+    const over = () => performance.now() - t0 >= DURATION_MS
+    const kills = (async () => {
+      for (let next = KILL_EVERY_MS; !over(); next += KILL_EVERY_MS) {
+        while (performance.now() - t0 < next && !over()) await sleep(250)
+        if (over()) break
+        const victim = s.runners[killed++ % s.runners.length]!
+        mark(`SIGKILL runner ${victim.name}`)
+        await s.stop(victim, "SIGKILL")
+        await s.start(victim)
+        mark(`runner ${victim.name} back`)
       }
     })()
+    const restarts = (async () => {
+      const schedule: Array<[number, string, () => Promise<void>]> = [
+        [0.3, "redis", async () => {
+          await redis.stop()
+          await sleep(2_000)
+          await redis.start()
+        }],
+        [0.5, "rocketmq", async () => {
+          await mq.stop()
+          await mq.start()
+        }],
+        [0.7, "postgres", async () => {
+          pgInstance.stop("fast")
+          await pgInstance.start()
+        }]
+      ]
+      for (const [share, what, restart] of schedule) {
+        while (performance.now() - t0 < DURATION_MS * share) await sleep(250)
+        mark(`restart ${what}`)
+        await restart()
+        mark(`${what} back`)
+      }
+    })()
+    const faults = Promise.all([kills, restarts])
     await faults
     generating = false
     await generator
@@ -217,10 +221,10 @@ const main = async () => {
 
     // every stored event reached every client once
     const stored = (await s.db.query(
-      `SELECT cursor_seq::int AS seq, stream_epoch::int AS epoch, extract(epoch FROM created_at) * 1000 AS at
+      `SELECT cursor_seq::text AS seq, stream_epoch::text AS epoch, extract(epoch FROM created_at) * 1000 AS at
        FROM task_events WHERE project_id = $1 ORDER BY cursor_seq`,
       [s.project]
-    )).rows as Array<{ seq: number; epoch: number; at: number }>
+    )).rows as Array<{ seq: string; epoch: string; at: number }>
     const lastStored = stored.at(-1)
     await waitFor(
       "every client has the last event",
@@ -261,6 +265,7 @@ const main = async () => {
     const rows = [
       ["duration", `${MINUTES} min of faults + ${(converged / 1000).toFixed(0)} s to converge`],
       ["tasks", `${ids.length} admitted (${refused} refused after 10 retries), ${inv.tasks - inv.stuck} terminal`],
+      ["refusals (after 10 tries)", [...refusals].map(([why, n]) => `${n}× ${why}`).join("; ") || "none"],
       ["kills", `${killed} SIGKILLs of a runner (every ${KILL_EVERY_MS / 1000} s), each restarted`],
       ["restarts", marks.filter((m) => m.what.startsWith("restart ")).map((m) => m.what.slice(8)).join(", ")],
       [

@@ -136,6 +136,7 @@ const startNginx = async (name: string, runners: ReadonlyArray<Runner>) => {
 export const openStage = async (o: StageOptions) => {
   const adminUrl = o.adminUrl ?? ADMIN_URL
   const admin = new pg.Client({ connectionString: adminUrl })
+  admin.on("error", () => undefined) // a drill may restart the database under it: only the final DROP needs it
   await admin.connect()
   const database = `drill_${o.name.replace(/[^a-z0-9]/g, "_")}_${Date.now().toString(36)}`
   await admin.query(`CREATE DATABASE ${database}`)
@@ -209,7 +210,7 @@ export const openStage = async (o: StageOptions) => {
 
   const retried = { count: 0 }
   /**
-   * Creates a task through the public API on `via`, as a careful client does: a 503 (or no answer) is retried with the
+   * Creates a task through the public API on `via`, as a careful client does: a 5xx (or no answer) is retried with the
    * same Idempotency-Key, up to 10 times. Its id once the 201 is in (an acknowledged task).
    */
   const createTask = async (provider: Provider, via: { readonly url: string } = { url: platform }) => {
@@ -224,7 +225,8 @@ export const openStage = async (o: StageOptions) => {
       }).catch((e) => ({ status: 0, body: String(e) }))
       if (res.status === 201) return (res.body as { task_id: string }).task_id
       last = `${res.status} ${JSON.stringify(res.body)}`
-      if (res.status !== 503 && res.status !== 0) break
+      // 5xx or no answer (a runner killed mid-request: nginx's 502): the outcome is unknown, the same key is safe
+      if (res.status < 500 && res.status !== 0) break
       retried.count++
       await sleep(500 * (attempt + 1))
     }
