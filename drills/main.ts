@@ -8,13 +8,17 @@
 import * as fs from "node:fs"
 import { callbackLoss } from "./callbackLoss.js"
 import { mqOutage } from "./mqOutage.js"
+import { providersDown } from "./providersDown.js"
+import { regionTakeover } from "./regionTakeover.js"
 import { crashedRow, type DrillRow, reportTable } from "./report.js"
 import { runnerLoss } from "./runnerLoss.js"
 
 const DRILLS: Record<string, () => Promise<DrillRow>> = {
   "runner-loss": runnerLoss,
   "mq-outage": mqOutage,
-  "callback-loss": callbackLoss
+  "callback-loss": callbackLoss,
+  "providers-down": providersDown,
+  "region-takeover": regionTakeover
 }
 
 const main = async () => {

@@ -68,6 +68,8 @@ export interface Runner {
   readonly httpPort: number
   readonly runnerPort: number
   readonly url: string
+  /** Settings of this runner only (its region, say). */
+  readonly env: Record<string, string>
   child: ChildProcess | undefined
 }
 
@@ -155,6 +157,7 @@ export const openStage = async (o: StageOptions) => {
       httpPort,
       runnerPort,
       url: `http://127.0.0.1:${httpPort}`,
+      env: {},
       child: undefined
     })
   }
@@ -188,12 +191,20 @@ export const openStage = async (o: StageOptions) => {
   })
 
   const start = async (r: Runner) => {
-    const started = await startRunnerProcess(runnerEnv(), {
+    const started = await startRunnerProcess({ ...runnerEnv(), ...r.env }, {
       ports: { http: r.httpPort, runner: r.runnerPort },
       output: verbose ? "inherit" : "ignore"
     })
     started.health.stop()
     r.child = started.child
+  }
+  /** One more runner, with settings of its own, started. */
+  const addRunner = async (name: string, env: Record<string, string>) => {
+    const [httpPort, runnerPort] = [await freePort(), await freePort()]
+    const r: Runner = { name, httpPort, runnerPort, url: `http://127.0.0.1:${httpPort}`, env, child: undefined }
+    runners.push(r)
+    await start(r)
+    return r
   }
   const stop = async (r: Runner, signal: NodeJS.Signals) => {
     if (r.child !== undefined) await stopProcess(r.child, signal)
@@ -297,6 +308,7 @@ export const openStage = async (o: StageOptions) => {
     project,
     token,
     start,
+    addRunner,
     stop,
     createTask,
     retried,
