@@ -20,7 +20,10 @@ export const providersDown = async (): Promise<DrillRow> => {
   })
   try {
     const [a] = stage.runners
-    const open = () => stage.metric(a!, "provider_breaker_state", ["state=\"open\""])
+    // the routes whose breaker is open, as the operator sees them (GET /admin/breakers)
+    const open = async () =>
+      ((await stage.adminCall("/admin/breakers", {}, a)).body as { breakers: Array<{ state: string }> }).breakers
+        .filter((b) => b.state === "open").length
     await stage.faults({ jobDurationMs: 5_000, queuedShare: 0.1, rate5xx: 1 })
     const before = await stage.workload(TASKS)
     await waitFor("a breaker opens", async () => (await open()) > 0, 120_000)

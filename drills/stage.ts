@@ -273,13 +273,16 @@ export const openStage = async (o: StageOptions) => {
     return counts
   }
 
-  /** A metric's value from a runner's /metrics, summed over the label sets that contain every `labels` part. */
-  const metric = async (r: Runner, name: string, labels: ReadonlyArray<string> = []) => {
+  /** A metric's values from a runner's /metrics, one per label set that contains every `labels` part. */
+  const metricValues = async (r: Runner, name: string, labels: ReadonlyArray<string> = []) => {
     const text = await (await fetch(`${r.url}/metrics`, { signal: AbortSignal.timeout(5_000) })).text()
     return text.split("\n")
       .filter((l) => (l.startsWith(`${name} `) || l.startsWith(`${name}{`)) && labels.every((p) => l.includes(p)))
-      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+      .map((l) => Number(l.slice(l.lastIndexOf(" ") + 1)))
   }
+  /** A metric's value summed over its label sets (those that contain every `labels` part). */
+  const metric = async (r: Runner, name: string, labels: ReadonlyArray<string> = []) =>
+    (await metricValues(r, name, labels)).reduce((sum, v) => sum + v, 0)
 
   /** How many of `ids` are terminal now. */
   const terminalCount = async (ids: ReadonlyArray<string>) =>
@@ -317,6 +320,7 @@ export const openStage = async (o: StageOptions) => {
     adminCall,
     shards,
     metric,
+    metricValues,
     terminalCount,
     close
   }

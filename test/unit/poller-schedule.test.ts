@@ -50,6 +50,12 @@ const start = (observeMs: number) =>
           })
       },
       quota: { acquireWithin: () => Effect.sync(() => ++counts.grants > 0) },
+      // a breaker that stays closed: this test is about the schedule (test/unit/breaker.test.ts is about breakers)
+      breaker: {
+        admit: () => Effect.succeed({ _tag: "Admitted", probe: false }),
+        guard: <A, E>(_: unknown, __: unknown, call: Effect.Effect<A, E>) =>
+          Effect.map(Effect.either(call), (result) => ({ _tag: "Sent", result }))
+      },
       config: {
         policy: {
           scale: 1,
