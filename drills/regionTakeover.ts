@@ -32,8 +32,13 @@ export const regionTakeover = async (): Promise<DrillRow> => {
     log(`READ_ONLY, epoch ${epoch} for region west; starting the new side`)
     // the new region's runner (same database: the replica it was promoted to in a real takeover)
     const newSide = await stage.addRunner("west", { REGION: "west" })
-    // the old side's own writes from here on are fenced; it is then taken down, as the old region is
-    await new Promise((r) => setTimeout(r, 5_000))
+    // the old side's own writes from here on are fenced; it is taken down, as the old region is, once the new side
+    // holds shards of its own
+    await waitFor(
+      "the new side holds shards",
+      async () => ((await stage.shards(newSide)).get(`127.0.0.1:${newSide.runnerPort}`) ?? 0) > 0,
+      120_000
+    )
     await stage.stop(oldSide, "SIGTERM")
     await stage.adminCall("/admin/mode", {
       method: "PUT",
