@@ -9,12 +9,14 @@ import * as fs from "node:fs"
 import { callbackLoss } from "./callbackLoss.js"
 import { mqOutage } from "./mqOutage.js"
 import { providersDown } from "./providersDown.js"
+import { redisFailover } from "./redisFailover.js"
 import { regionTakeover } from "./regionTakeover.js"
 import { crashedRow, type DrillRow, reportTable } from "./report.js"
 import { runnerLoss } from "./runnerLoss.js"
 
 const DRILLS: Record<string, () => Promise<DrillRow>> = {
   "runner-loss": runnerLoss,
+  "redis-failover": redisFailover,
   "mq-outage": mqOutage,
   "callback-loss": callbackLoss,
   "providers-down": providersDown,

@@ -4,10 +4,9 @@
  * nothing lost, each event delivered. A browser's SSE stream sees every committed event, in order, without a gap.
  */
 import { spawnSync } from "node:child_process"
-import * as http from "node:http"
 import { checkInvariants, describeInvariants, violations } from "./invariants.js"
 import type { DrillRow } from "./report.js"
-import { log, openStage, type Stage, waitFor } from "./stage.js"
+import { follow, log, openStage, type Stage, waitFor } from "./stage.js"
 
 const TASKS = Number(process.env.DRILL_TASKS ?? 30)
 const OUTAGE_MS = Number(process.env.DRILL_OUTAGE_S ?? 20) * 1000
@@ -19,28 +18,6 @@ const rocketmq = (command: "up" | "down") => {
 
 const backlog = async (stage: Stage) =>
   Number((await stage.db.query(`SELECT count(*) FROM outbox_events WHERE published_at IS NULL`)).rows[0].count)
-
-/** A project's SSE stream, opened before its first event: the cursors it received, in order. */
-const follow = (url: string, token: string) => {
-  const ids: Array<string> = []
-  let buffer = ""
-  const req = http.get(url, {
-    headers: { accept: "text/event-stream", authorization: `Bearer ${token}` }
-  }, (res) => {
-    res.setEncoding("utf8")
-    res.on("data", (chunk: string) => {
-      buffer += chunk
-      let end: number
-      while ((end = buffer.indexOf("\n\n")) !== -1) {
-        const id = /^id: (.*)$/m.exec(buffer.slice(0, end))?.[1]
-        if (id !== undefined) ids.push(id)
-        buffer = buffer.slice(end + 2)
-      }
-    })
-  })
-  req.on("error", () => undefined)
-  return { ids, close: () => req.destroy() }
-}
 
 export const mqOutage = async (): Promise<DrillRow> => {
   if (process.env.ROCKETMQ_ENDPOINTS === undefined || process.env.ROCKETMQ_ENDPOINTS === "") {
@@ -71,15 +48,7 @@ export const mqOutage = async (): Promise<DrillRow> => {
     log(`outbox drained ${(drained / 1000).toFixed(1)} s after the broker answered again (peak backlog ${peak})`)
     await waitFor("every task terminal", async () => (await stage.terminalCount(ids)) === ids.length, 300_000)
     await waitFor("the outbox drained again", async () => (await backlog(stage)) === 0, 120_000)
-    const stored = (await stage.db.query(
-      `SELECT e.cursor_seq::text AS c FROM task_events e WHERE e.project_id = $1 ORDER BY e.cursor_seq`,
-      [stage.project]
-    )).rows.map((r) => String(r.c))
-    await waitFor("the SSE client has every stored event", () => stream.ids.length >= stored.length, 60_000)
-      .catch(() => undefined)
-    const seen = new Set(stream.ids.map((id) => id.split("-").at(-1)))
-    const missing = stored.filter((c) => !seen.has(c)).length
-    const duplicates = stream.ids.length - new Set(stream.ids).size
+    const { stored, missing, duplicates } = await stage.streamCheck(stream)
     const inv = await checkInvariants(stage.db, stage.sim, ids)
     const problems = [
       ...(violations(inv) > 0 ? [describeInvariants(inv)] : []),
@@ -92,7 +61,7 @@ export const mqOutage = async (): Promise<DrillRow> => {
       behaviour: "commits go on; the outbox backs up and drains after; an SSE client misses nothing",
       rtoS: drained / 1000,
       rtoMeasures: "broker started again → outbox backlog 0 (drain time)",
-      rpo: `0 events lost: ${stored.length} stored, ${missing} missing at the SSE client (${duplicates} repeated)`,
+      rpo: `0 events lost: ${stored} stored, ${missing} missing at the SSE client (${duplicates} repeated)`,
       figures:
         `outbox backlog peak ${peak} events; broker restart took ${
           ((upAt - downAt - OUTAGE_MS) / 1000).toFixed(0)

@@ -40,26 +40,51 @@ const mark = (what: string) => {
 
 interface Client {
   readonly received: Array<{ cursor: string; at: number }>
+  /** The snapshot's cursor the client began from: it must see every event after it. */
   first: string | undefined
   reconnects: number
-  resets: number
+  /** Explicit resets (reason, the cursor it held, the cursor it was given): none is expected in a soak. */
+  readonly resets: Array<{ reason: string; from: string | undefined; to: string | undefined }>
+  /** Each connection: when (ms since the soak began), the Last-Event-ID it sent, the answer's status. */
+  readonly connections: Array<{ at: number; after: string | undefined; status: number | string }>
   stop: () => void
 }
 
-/** A browser-like SSE client: follows the project's stream, drops its connection at random, resumes by Last-Event-ID. */
-const sseClient = (stage: Stage): Client => {
-  const client: Client = { received: [], first: undefined, reconnects: 0, resets: 0, stop: () => undefined }
+const seqOf = (cursor: string | undefined) => (cursor === undefined ? -1 : Number(cursor.split("-").at(-1)))
+
+/**
+ * A browser-like client: reads a snapshot for its cursor, follows the project's stream from there, drops its
+ * connection at random, and resumes by Last-Event-ID.
+ */
+const sseClient = async (stage: Stage): Promise<Client> => {
+  const client: Client = {
+    received: [],
+    first: undefined,
+    reconnects: 0,
+    resets: [],
+    connections: [],
+    stop: () => undefined
+  }
+  // the snapshot (retried: a runner may be down): its cursor is where this client's stream begins
+  await waitFor("a snapshot for an SSE client", async () => {
+    const page = await request(`${stage.platform}/v1/projects/${stage.project}/tasks?limit=1`, { token: stage.token })
+    if (page.status !== 200) return false
+    client.first = (page.body as { cursor: string }).cursor
+    return true
+  }, 60_000)
   let stopped = false
-  let last: string | undefined
+  let last = client.first
   let current: http.ClientRequest | undefined
   const connect = () => {
     if (stopped) return
     const headers: Record<string, string> = { accept: "text/event-stream", authorization: `Bearer ${stage.token}` }
     if (last !== undefined) headers["last-event-id"] = last
-    // the first connection comes before any task: the stream's start
     const url = `${stage.platform}/v1/projects/${stage.project}/events`
+    const connection: Client["connections"][number] = { at: performance.now() - t0, after: last, status: "no answer" }
+    client.connections.push(connection)
     let buffer = ""
     const req = http.get(url, { headers }, (res) => {
+      connection.status = res.statusCode ?? "?"
       res.setEncoding("utf8")
       res.on("data", (chunk: string) => {
         buffer += chunk
@@ -70,11 +95,11 @@ const sseClient = (stage: Stage): Client => {
           const id = /^id: (.*)$/m.exec(block)?.[1]
           if (/^event: reset$/m.test(block)) {
             // the cursor cannot be served: a real client takes a new snapshot and goes on from the cursor given
-            client.resets++
+            const reason = /"reason":"([a-z_]+)"/.exec(block)?.[1] ?? "?"
+            client.resets.push({ reason, from: last, to: id })
             last = id
           }
           if (id !== undefined && /^event: task\.status$/m.test(block)) {
-            client.first ??= id
             last = id
             client.received.push({ cursor: id, at: Date.now() })
           }
@@ -83,7 +108,10 @@ const sseClient = (stage: Stage): Client => {
       res.on("end", () => again())
       res.on("error", () => again())
     })
-    req.on("error", () => again())
+    req.on("error", (e) => {
+      connection.status = e.message.slice(0, 40)
+      again()
+    })
     current = req
   }
   let pending = false
@@ -141,7 +169,7 @@ const main = async () => {
     t0 = performance.now()
     startEpoch = Date.now()
     mark("faults begin")
-    const clients = Array.from({ length: CLIENTS }, () => sseClient(s))
+    const clients = await Promise.all(Array.from({ length: CLIENTS }, () => sseClient(s)))
     const ids: Array<string> = []
     const created: Array<number> = []
     let generating = true
@@ -226,26 +254,44 @@ const main = async () => {
       [s.project]
     )).rows as Array<{ seq: string; epoch: string; at: number }>
     const lastStored = stored.at(-1)
+    // the tail may still be on its way (a client reconnecting, a gateway catching up): wait for it, then judge
+    const lastCursor = lastStored === undefined ? undefined : `${lastStored.epoch}-${lastStored.seq}`
     await waitFor(
       "every client has the last event",
-      () => clients.every((c) => c.received.some((r) => r.cursor === `${lastStored?.epoch}-${lastStored?.seq}`)),
-      120_000
+      () => lastCursor === undefined || clients.every((c) => c.received.some((r) => r.cursor === lastCursor)),
+      300_000
     )
-      .catch(() => undefined)
+      .catch((e) => log(String(e)))
     clients.forEach((c) => c.stop())
     const committedAt = new Map(stored.map((e) => [`${e.epoch}-${e.seq}`, Number(e.at)]))
     let gaps = 0
     let repeats = 0
     const latencies: Array<{ at: number; ms: number }> = []
-    for (const c of clients) {
+    clients.forEach((c, i) => {
       const got = new Set(c.received.map((r) => r.cursor))
       repeats += c.received.length - got.size
-      gaps += stored.filter((e) => !got.has(`${e.epoch}-${e.seq}`)).length
+      // every stored event after the client's first cursor, except those an explicit reset told it to skip
+      const skipped = (seq: number) => c.resets.some((r) => seq > seqOf(r.from) && seq <= seqOf(r.to))
+      const missing = stored.filter((e) =>
+        Number(e.seq) > seqOf(c.first) && !got.has(`${e.epoch}-${e.seq}`) && !skipped(Number(e.seq))
+      )
+      gaps += missing.length
+      for (const e of missing.slice(0, 5)) {
+        const at = Number(e.at) - startEpoch
+        const around = c.connections.filter((k) => Math.abs(k.at - at) < 15_000)
+          .map((k) => `${(k.at / 1000).toFixed(1)} s after ${k.after} → ${k.status}`)
+        log(
+          `client ${i} missed ${e.epoch}-${e.seq} (committed at ${(at / 1000).toFixed(1)} s); its connections near:` +
+            ` ${around.join("; ") || "none"}`
+        )
+      }
+      for (const r of c.resets) log(`client ${i} reset (${r.reason}) at cursor ${r.from}, given ${r.to}`)
       for (const r of c.received) {
         const at = committedAt.get(r.cursor)
         if (at !== undefined) latencies.push({ at: at - startEpoch, ms: r.at - at })
       }
-    }
+    })
+    const resets = clients.reduce((n, c) => n + c.resets.length, 0)
     const acked = (await request(`${s.sim}/_sim/acked`)).body as Array<string>
     const inbox = new Set(
       (await s.db.query(`SELECT provider || ' ' || encode(payload_hash, 'hex') AS k FROM provider_callback_inbox`)).rows
@@ -258,6 +304,7 @@ const main = async () => {
     if (violations(inv) > 0) problems.push(describeInvariants(inv))
     if (gaps > 0) problems.push(`${gaps} events missing at clients`)
     if (repeats > 0) problems.push(`${repeats} events repeated at clients`)
+    if (resets > 0) problems.push(`${resets} resets at clients (no cursor should become unservable in a soak)`)
     if (lostCallbacks > 0) problems.push(`${lostCallbacks} acknowledged callbacks not in the inbox`)
     if (ids.length === 0) problems.push("no task was admitted")
 
@@ -286,7 +333,7 @@ const main = async () => {
         "client gaps / repeats",
         `${gaps} / ${repeats} over ${clients.length} clients (${
           clients.reduce((n, c) => n + c.reconnects, 0)
-        } reconnects, ${clients.reduce((n, c) => n + c.resets, 0)} resets)`
+        } reconnects, ${resets} resets)`
       ],
       ["acknowledged callbacks lost", `${lostCallbacks} of ${acked.length}`]
     ]

@@ -6,6 +6,7 @@
 import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
+import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
@@ -115,8 +116,9 @@ const startNginx = async (name: string, runners: ReadonlyArray<Runner>) => {
   }))
   const conf = path.join(dir, "nginx.conf")
   fs.writeFileSync(conf, nginxConf({ listenHost: "127.0.0.1", listenPort: port, members, dir }))
+  // its log says each refused connection to a killed runner: only with DRILL_VERBOSE
   const child = spawn("/usr/sbin/nginx", ["-p", dir, "-c", conf, "-e", "stderr"], {
-    stdio: ["ignore", "ignore", "inherit"]
+    stdio: ["ignore", "ignore", verbose ? "inherit" : "ignore"]
   })
   await waitFor("nginx listens", async () => {
     try {
@@ -292,6 +294,25 @@ export const openStage = async (o: StageOptions) => {
       ])).rows[0].count
     )
 
+  /**
+   * A stream followed from before the project's first event (`follow`) against the project's stored events, once it
+   * has them all (or a minute has passed): how many are stored, missing at the client, and repeated.
+   */
+  const streamCheck = async (stream: { readonly ids: ReadonlyArray<string> }) => {
+    const stored = (await db.query(
+      `SELECT e.cursor_seq::text AS c FROM task_events e WHERE e.project_id = $1 ORDER BY e.cursor_seq`,
+      [project]
+    )).rows.map((r) => String(r.c))
+    await waitFor("the SSE client has every stored event", () => stream.ids.length >= stored.length, 60_000)
+      .catch(() => undefined)
+    const seen = new Set(stream.ids.map((id) => id.split("-").at(-1)))
+    return {
+      stored: stored.length,
+      missing: stored.filter((c) => !seen.has(c)).length,
+      duplicates: stream.ids.length - new Set(stream.ids).size
+    }
+  }
+
   const close = async () => {
     await Promise.all(runners.map((r) => stop(r, "SIGTERM")))
     entry?.stop()
@@ -322,6 +343,29 @@ export const openStage = async (o: StageOptions) => {
     metric,
     metricValues,
     terminalCount,
+    streamCheck,
     close
   }
+}
+
+/** A project's SSE stream, opened before its first event: the cursors it received, in order. */
+export const follow = (url: string, token: string) => {
+  const ids: Array<string> = []
+  let buffer = ""
+  const req = http.get(url, {
+    headers: { accept: "text/event-stream", authorization: `Bearer ${token}` }
+  }, (res) => {
+    res.setEncoding("utf8")
+    res.on("data", (chunk: string) => {
+      buffer += chunk
+      let end: number
+      while ((end = buffer.indexOf("\n\n")) !== -1) {
+        const id = /^id: (.*)$/m.exec(buffer.slice(0, end))?.[1]
+        if (id !== undefined) ids.push(id)
+        buffer = buffer.slice(end + 2)
+      }
+    })
+  })
+  req.on("error", () => undefined)
+  return { ids, close: () => req.destroy() }
 }

@@ -12,7 +12,7 @@ import { allocatePort } from "./ports.js"
  * own temp folder, stopped and removed at the end. Chosen over Adobe's S3Mock because it needs no JVM (a second JVM
  * beside RocketMQ's on a 2-core CI box) and no download: it is a devDependency, so CI has it after `npm ci`.
  */
-interface S3rverInstance {
+export interface S3rverInstance {
   run(): Promise<{ port: number }>
   close(): Promise<void>
 }
@@ -36,30 +36,38 @@ export interface S3Server {
 
 export class TestS3 extends Context.Tag("TestS3")<TestS3, S3Server>() {}
 
+/** The runner settings that point the object store at an s3rver on `endpoint`. */
+export const s3rverSettings = (endpoint: string, bucket: string): Readonly<Record<string, string>> => ({
+  OBJECT_STORE: "s3",
+  S3_BUCKET: bucket,
+  S3_ENDPOINT: endpoint,
+  S3_REGION: "us-east-1",
+  S3_ACCESS_KEY_ID: S3RVER_KEY,
+  S3_SECRET_ACCESS_KEY: S3RVER_KEY,
+  S3_FORCE_PATH_STYLE: "true"
+})
+
+/** An s3rver on `port` keeping its objects in `directory` (the same two again: the same store after a restart). */
+export const runS3rver = async (port: number, directory: string, bucket: string): Promise<S3rverInstance> => {
+  const server = new S3rver({
+    address: "127.0.0.1",
+    port,
+    directory,
+    silent: true,
+    configureBuckets: [{ name: bucket }]
+  })
+  await server.run()
+  return server
+}
+
 export const startS3rver = (bucket = "outputs") =>
   Effect.acquireRelease(
     Effect.promise(async () => {
       const directory = await fs.mkdtemp(path.join(os.tmpdir(), "s3rver-"))
       const port = await allocatePort()
-      const server = new S3rver({
-        address: "127.0.0.1",
-        port,
-        directory,
-        silent: true,
-        configureBuckets: [{ name: bucket }]
-      })
-      await server.run()
+      const server = await runS3rver(port, directory, bucket)
       const endpoint = `http://127.0.0.1:${port}`
-      const settings = {
-        OBJECT_STORE: "s3",
-        S3_BUCKET: bucket,
-        S3_ENDPOINT: endpoint,
-        S3_REGION: "us-east-1",
-        S3_ACCESS_KEY_ID: S3RVER_KEY,
-        S3_SECRET_ACCESS_KEY: S3RVER_KEY,
-        S3_FORCE_PATH_STYLE: "true"
-      }
-      return { server, directory, endpoint, bucket, settings }
+      return { server, directory, endpoint, bucket, settings: s3rverSettings(endpoint, bucket) }
     }),
     (s) =>
       Effect.promise(async () => {
