@@ -8,6 +8,7 @@
 import * as fs from "node:fs"
 import { callbackLoss } from "./callbackLoss.js"
 import { mqOutage } from "./mqOutage.js"
+import { objectStoreDown } from "./objectStoreDown.js"
 import { providersDown } from "./providersDown.js"
 import { redisFailover } from "./redisFailover.js"
 import { regionTakeover } from "./regionTakeover.js"
@@ -20,6 +21,7 @@ const DRILLS: Record<string, () => Promise<DrillRow>> = {
   "mq-outage": mqOutage,
   "callback-loss": callbackLoss,
   "providers-down": providersDown,
+  "object-store-down": objectStoreDown,
   "region-takeover": regionTakeover
 }
 
