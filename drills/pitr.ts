@@ -6,13 +6,16 @@
  * operator gives the restored streams a new epoch (POST /admin/streams/new-epoch) and a runner on the restored
  * database must answer a browser resuming with a cursor of the lost timeline with a reset (foreign_epoch).
  */
+import { Effect } from "effect"
+import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import pg from "pg"
+import { TokenSigner } from "../src/http/Auth.js"
 import { eventGaps, ledgerDiffs, openLedgerDiffs } from "./invariants.js"
 import type { DrillRow } from "./report.js"
 import { baseBackup, ownPostgres, restoredPostgres, walArchive } from "./services.js"
-import { log, openStage, type Stage, waitFor } from "./stage.js"
+import { AUTH_SECRET, log, openStage, type Stage, waitFor } from "./stage.js"
 
 const TASKS = Number(process.env.DRILL_TASKS ?? 20)
 const POINT = "drill"
@@ -49,6 +52,14 @@ const follow = (url: string, token: string, lastEventId?: string) => {
   })
   req.on("error", () => undefined)
   return { frames, close: () => req.destroy() }
+}
+
+/** An operator token for the ops CLI (the stage's runners share AUTH_SECRET). */
+const operatorToken = () => {
+  process.env.AUTH_SECRET = AUTH_SECRET
+  return Effect.runPromise(
+    Effect.flatMap(TokenSigner, (s) => s.signOperator("drill-pitr")).pipe(Effect.provide(TokenSigner.Default))
+  )
 }
 
 type Rows = ReadonlyArray<Record<string, unknown>>
@@ -126,13 +137,13 @@ export const pitr = async (): Promise<DrillRow> => {
     archive.remove()
     throw e
   })
-  const streams: Array<{ close: () => void }> = []
+  const clients: Array<{ close: () => void }> = []
   let restoredDb: pg.Pool | undefined
   try {
     const [runner] = stage.runners as [Stage["runners"][0]]
     const eventsUrl = (r: { url: string }) => `${r.url}/v1/projects/${stage.project}/events`
     const browser = follow(eventsUrl(runner), stage.token)
-    streams.push(browser)
+    clients.push(browser)
     backupDir = baseBackup("drill-pitr", primary)
     log("base backup taken; workload, restore point, more workload")
     await stage.faults({ jobDurationMs: 15_000, queuedShare: 0.1, progressEveryMs: 1_000 })
@@ -189,28 +200,31 @@ export const pitr = async (): Promise<DrillRow> => {
     const diff = compare(before, after, got)
     const ledger = (await ledgerDiffs(db, got.taskIds)) + (await openLedgerDiffs(db, got.taskIds))
     const gaps = await eventGaps(db, got.taskIds)
-    const [stream] = (await db.query(
-      `SELECT p.last_seq::int AS last, p.retained_seq::int AS retained, count(e.*)::int AS n,
-              coalesce(min(e.cursor_seq), 0)::int AS lo, coalesce(max(e.cursor_seq), 0)::int AS hi
+    // every project's stream (the stage's and any other): cursor_seq contiguous from retention's mark to last_seq
+    const streams = (await db.query(
+      `SELECT p.project_id, p.last_seq::int AS last, p.retained_seq::int AS retained, count(e.*)::int AS n,
+              min(e.cursor_seq)::int AS lo, max(e.cursor_seq)::int AS hi
        FROM projects p LEFT JOIN task_events e ON e.project_id = p.project_id
-       WHERE p.project_id = $1 GROUP BY p.project_id`,
-      [stage.project]
-    )).rows as Array<{ last: number; retained: number; n: number; lo: number; hi: number }>
-    const streamGapFree = stream!.hi === stream!.last && stream!.n === stream!.last - stream!.retained &&
-      stream!.lo === stream!.retained + 1
+       GROUP BY p.project_id`
+    )).rows as Array<{ project_id: string; last: number; retained: number; n: number; lo: number; hi: number }>
+    const brokenStreams = streams.filter((p) =>
+      p.n !== p.last - p.retained || (p.n > 0 && (p.lo !== p.retained + 1 || p.hi !== p.last))
+    )
+    const stream = streams.find((p) => p.project_id === stage.project)!
 
     // the operator's step, then a browser that resumes with the cursor it held on the lost timeline
     const fresh = await stage.addRunner("restored", { DATABASE_URL: restoredUrl })
-    const bump = await stage.adminCall("/admin/streams/new-epoch", {
-      method: "POST",
-      body: JSON.stringify({ reason: `drill: PITR to restore point ${POINT}` })
-    }, fresh)
-    if (bump.status !== 200) {
-      throw new Error(`POST /admin/streams/new-epoch: ${bump.status} ${JSON.stringify(bump.body)}`)
-    }
-    const newEpoch = (bump.body as { projects: Array<{ to_epoch: number }> }).projects[0]!.to_epoch
+    // as an operator does it: npm run ops against the one runner on the restored database
+    const ops = spawnSync(
+      "npm",
+      ["run", "-s", "ops", "--", "streams", "new-epoch", "--reason", `drill: PITR to restore point ${POINT}`],
+      { env: { ...process.env, OPS_URL: fresh.url, OPS_TOKEN: await operatorToken() }, encoding: "utf8" }
+    )
+    if (ops.status !== 0) throw new Error(`ops streams new-epoch: exit ${ops.status}: ${ops.stdout}${ops.stderr}`)
+    log(`ops streams new-epoch: ${ops.stdout.trim().split("\n").at(-1)}`)
+    const newEpoch = (await snapshot(db, stage.project)).epoch
     const resumed = follow(eventsUrl(fresh), stage.token, held)
-    streams.push(resumed)
+    clients.push(resumed)
     await waitFor("the resumed browser gets a frame", () => resumed.frames.length > 0, 30_000)
     const firstFrame = resumed.frames[0]!
     const reset = firstFrame.event === "reset"
@@ -227,7 +241,7 @@ export const pitr = async (): Promise<DrillRow> => {
         : []),
       ...(ledger > 0 ? [`${ledger} tasks with an unbalanced ledger`] : []),
       ...(gaps > 0 ? [`${gaps} tasks with event gaps`] : []),
-      ...(streamGapFree ? [] : [`the stream is not gap-free: ${JSON.stringify(stream)}`]),
+      ...(brokenStreams.length === 0 ? [] : [`streams not gap-free: ${JSON.stringify(brokenStreams)}`]),
       ...(reset?.reason === "foreign_epoch" && reset.cursor.startsWith(`${newEpoch}-`)
         ? []
         : [`a browser resuming with ${held} got ${JSON.stringify(firstFrame)} first, not a foreign_epoch reset`]),
@@ -246,16 +260,18 @@ export const pitr = async (): Promise<DrillRow> => {
         before.events.size + before.tasks.size + before.ledger.size
       } rows)`,
       figures: `${got.taskIds.length} tasks restored of ${first.length + second.length} admitted; ` +
-        `ledger diffs ${ledger}, event gaps ${gaps}, stream ${stream!.retained + 1}..${stream!.last} (${stream!.n} ` +
+        `ledger diffs ${ledger}, event gaps ${gaps}, ${streams.length} streams gap-free: ${
+          brokenStreams.length === 0
+        }, stream ${stream.retained + 1}..${stream.last} (${stream.n} ` +
         `events); epoch ${got.epoch} → ${newEpoch}; resumed ${held} → ${reset?.reason ?? firstFrame.event} ${
           reset?.cursor ?? ""
         }`,
-      manualSteps: "stop runners, restore (recovery.signal, restore point), start one runner, streams new-epoch",
+      manualSteps: "stop runners, restore (recovery.signal, restore point), start one runner, ops streams new-epoch",
       passed: problems.length === 0,
       problems
     }
   } finally {
-    for (const s of streams) s.close()
+    for (const c of clients) c.close()
     await restoredDb?.end().catch(() => undefined)
     await stage.close()
     restored?.remove()
