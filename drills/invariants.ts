@@ -64,29 +64,48 @@ export const checkInvariants = async (db: pg.Pool, sim: string, ids: ReadonlyArr
     if (truth !== undefined && t.status !== expected) wrong++
   }
 
-  const ledger = (await db.query(
-    `SELECT t.id FROM generation_tasks t
-     LEFT JOIN LATERAL (
-       SELECT count(*) FILTER (WHERE l.ledger_type = 'reserve') AS reserves,
-              count(*) FILTER (WHERE l.ledger_type = 'settle') AS settles,
-              count(*) FILTER (WHERE l.ledger_type = 'refund') AS refunds,
-              sum(l.amount) FILTER (WHERE l.ledger_type = 'reserve') AS reserved,
-              sum(l.amount) FILTER (WHERE l.ledger_type IN ('settle', 'refund')) AS closed
-       FROM credit_ledger l WHERE l.task_id = t.id) l ON true
-     WHERE t.id = ANY($1::uuid[]) AND t.terminal_at IS NOT NULL
-       AND NOT (l.reserves = 1 AND l.settles + l.refunds = 1 AND l.reserved = l.closed
-                AND (l.settles = 1) = (t.status = 'ready'))`,
-    [ids]
-  )).rowCount ?? 0
-
-  const gaps = (await db.query(
-    `SELECT t.id FROM generation_tasks t
-     LEFT JOIN LATERAL (SELECT count(*) AS n, count(DISTINCT e.task_version) AS d, min(e.task_version) AS lo,
-                               max(e.task_version) AS hi
-                        FROM task_events e WHERE e.task_id = t.id) e ON true
-     WHERE t.id = ANY($1::uuid[]) AND NOT (e.n = e.d AND e.hi = t.version AND e.hi - e.lo + 1 = e.n)`,
-    [ids]
-  )).rowCount ?? 0
+  const ledger = await ledgerDiffs(db, ids)
+  const gaps = await eventGaps(db, ids)
 
   return { tasks: ids.length, stuck, wrong, duplicateSubmissions, ledgerDiffs: ledger, eventGaps: gaps }
 }
+
+/** Terminal tasks of `ids` whose ledger is not one reserve and one settle (ready) or one refund (otherwise). */
+export const ledgerDiffs = async (db: pg.Pool, ids: ReadonlyArray<string>) =>
+  (await db.query(
+    `SELECT t.id FROM generation_tasks t
+   LEFT JOIN LATERAL (
+     SELECT count(*) FILTER (WHERE l.ledger_type = 'reserve') AS reserves,
+            count(*) FILTER (WHERE l.ledger_type = 'settle') AS settles,
+            count(*) FILTER (WHERE l.ledger_type = 'refund') AS refunds,
+            sum(l.amount) FILTER (WHERE l.ledger_type = 'reserve') AS reserved,
+            sum(l.amount) FILTER (WHERE l.ledger_type IN ('settle', 'refund')) AS closed
+     FROM credit_ledger l WHERE l.task_id = t.id) l ON true
+   WHERE t.id = ANY($1::uuid[]) AND t.terminal_at IS NOT NULL
+     AND NOT (l.reserves = 1 AND l.settles + l.refunds = 1 AND l.reserved = l.closed
+              AND (l.settles = 1) = (t.status = 'ready'))`,
+    [ids]
+  )).rowCount ?? 0
+
+/** Tasks of `ids` whose events do not cover every version from the first to the task's own, once each. */
+export const eventGaps = async (db: pg.Pool, ids: ReadonlyArray<string>) =>
+  (await db.query(
+    `SELECT t.id FROM generation_tasks t
+   LEFT JOIN LATERAL (SELECT count(*) AS n, count(DISTINCT e.task_version) AS d, min(e.task_version) AS lo,
+                             max(e.task_version) AS hi
+                      FROM task_events e WHERE e.task_id = t.id) e ON true
+   WHERE t.id = ANY($1::uuid[]) AND NOT (e.n = e.d AND e.hi = t.version AND e.hi - e.lo + 1 = e.n)`,
+    [ids]
+  )).rowCount ?? 0
+
+/** Tasks of `ids` not terminal yet whose ledger is not exactly one reserve, or already holds a settle or refund. */
+export const openLedgerDiffs = async (db: pg.Pool, ids: ReadonlyArray<string>) =>
+  (await db.query(
+    `SELECT t.id FROM generation_tasks t
+     LEFT JOIN LATERAL (
+       SELECT count(*) FILTER (WHERE l.ledger_type = 'reserve') AS reserves,
+              count(*) FILTER (WHERE l.ledger_type IN ('settle', 'refund')) AS closings
+       FROM credit_ledger l WHERE l.task_id = t.id) l ON true
+     WHERE t.id = ANY($1::uuid[]) AND t.terminal_at IS NULL AND NOT (l.reserves = 1 AND l.closings = 0)`,
+    [ids]
+  )).rowCount ?? 0

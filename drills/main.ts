@@ -9,6 +9,7 @@ import * as fs from "node:fs"
 import { callbackLoss } from "./callbackLoss.js"
 import { mqOutage } from "./mqOutage.js"
 import { objectStoreDown } from "./objectStoreDown.js"
+import { pitr } from "./pitr.js"
 import { providersDown } from "./providersDown.js"
 import { redisFailover } from "./redisFailover.js"
 import { regionTakeover } from "./regionTakeover.js"
@@ -22,7 +23,8 @@ const DRILLS: Record<string, () => Promise<DrillRow>> = {
   "callback-loss": callbackLoss,
   "providers-down": providersDown,
   "object-store-down": objectStoreDown,
-  "region-takeover": regionTakeover
+  "region-takeover": regionTakeover,
+  pitr
 }
 
 const main = async () => {

@@ -211,3 +211,62 @@ export const ownRocketMQ = async (name: string): Promise<OwnRocketMQ> => {
     }
   }
 }
+
+export interface WalArchive {
+  readonly dir: string
+  /** ownPostgres's extra settings: archive every WAL segment into `dir` (never over one already there) */
+  readonly conf: ReadonlyArray<string>
+  /** whether the segment of `walFile` (pg_walfile_name) is in the archive */
+  readonly has: (walFile: string) => boolean
+  readonly remove: () => void
+}
+
+/** A WAL archive folder of its own, written by the primary's archiver (as the postgres user). */
+export const walArchive = (name: string): WalArchive => {
+  const dir = pgDir(`${name}-wal`)
+  return {
+    dir,
+    conf: ["archive_mode = on", `archive_command = 'test ! -f ${dir}/%f && cp %p ${dir}/%f'`],
+    has: (walFile) => fs.existsSync(path.join(dir, walFile)),
+    remove: () => fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+/** A base backup of `primary` (pg_basebackup, the WAL it needs streamed with it) in a folder of its own. */
+export const baseBackup = (name: string, primary: OwnPostgres) => {
+  const dir = pgDir(`${name}-base`)
+  asPostgres("pg_basebackup", [
+    "-h",
+    "127.0.0.1",
+    "-p",
+    String(primary.port),
+    "-U",
+    "postgres",
+    "-D",
+    dir,
+    "-X",
+    "stream",
+    "-c",
+    "fast"
+  ])
+  return dir
+}
+
+/**
+ * A new cluster made of the base backup in `backupDir` (used in place) set to recover from `archive` up to the
+ * restore point `target` and promote there (recovery.signal), on its own port and without archiving. Not started:
+ * its `start` is the replay (pg_ctl waits until it takes connections; it is read-write once promoted).
+ */
+export const restoredPostgres = async (backupDir: string, archive: WalArchive, target: string) => {
+  const port = await freePort()
+  writeConf(backupDir, port, [
+    "archive_mode = off",
+    `restore_command = 'cp ${archive.dir}/%f %p'`,
+    `recovery_target_name = '${target}'`,
+    "recovery_target_action = 'promote'"
+  ])
+  const signal = path.join(backupDir, "recovery.signal")
+  fs.writeFileSync(signal, "")
+  if (process.getuid?.() === 0) run("chown", ["postgres:postgres", signal])
+  return pgInstance(backupDir, port)
+}

@@ -8,6 +8,7 @@ import { lateResults } from "./ops/lateResultsCommands.js"
 import { operationsCommands } from "./ops/operationsCommands.js"
 import { outputsCommands } from "./ops/outputsCommands.js"
 import { redisCommands } from "./ops/redisCommands.js"
+import { streams } from "./ops/streamCommands.js"
 import { token } from "./ops/tokenCommands.js"
 
 /**
@@ -30,6 +31,7 @@ const ops = Command.make("ops").pipe(
     ...outputsCommands,
     ...redisCommands,
     lateResults,
+    streams,
     token,
     ...breakerCommands
   ])

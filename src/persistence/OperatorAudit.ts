@@ -4,7 +4,7 @@ import { storageUnavailable } from "./storageUnavailable.js"
 
 export interface AuditEntry {
   readonly operator: string
-  /** what changed: mode, epoch, review.resolve, inbox.replay, dead-letters.replay, reconciliation.resolve, breaker.reset */
+  /** what changed: mode, epoch, stream-epoch, review.resolve, inbox.replay, dead-letters.replay, reconciliation.resolve, breaker.reset */
   readonly what: string
   /** the task, row or region it was about, if any */
   readonly subject?: string | null

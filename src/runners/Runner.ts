@@ -66,6 +66,7 @@ import { MetricsSamplerLive } from "../persistence/MetricsSampler.js"
 import { OperatorAudit } from "../persistence/OperatorAudit.js"
 import { OperatorQueues } from "../persistence/OperatorQueues.js"
 import { Projects } from "../persistence/Projects.js"
+import { StreamEpochs } from "../persistence/StreamEpochs.js"
 import { TaskAdmission } from "../persistence/TaskAdmission.js"
 import { TaskOperations } from "../persistence/TaskOperations.js"
 import { TaskSnapshots } from "../persistence/TaskSnapshots.js"
@@ -232,6 +233,7 @@ const layerApi = Layer.unwrapEffect(
   Layer.provide(
     Layer.mergeAll(
       FenceControl.Default,
+      StreamEpochs.Default,
       OperatorAudit.Default,
       OperatorQueues.Default,
       InboxAdmin.Default,

@@ -10,7 +10,7 @@ import {
   VersionConflict,
   WriteFenced
 } from "../../schema/errors.js"
-import { TaskId } from "../../schema/ids.js"
+import { ProjectId, TaskId } from "../../schema/ids.js"
 import { OperatorAuthentication } from "./OperatorAuth.js"
 
 /** Why an operator acts: written into the audit row, so it may not be empty. */
@@ -34,6 +34,25 @@ export class SetModeBody extends Schema.Class<SetModeBody>("SetModeBody")({
 export class BumpEpochBody extends Schema.Class<BumpEpochBody>("BumpEpochBody")({
   region: Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_.-]{1,64}$/)),
   reason: Reason
+}) {}
+
+/** New stream epochs (after a point-in-time restore): every project's, or `project_id`'s only. */
+export class NewStreamEpochBody extends Schema.Class<NewStreamEpochBody>("NewStreamEpochBody")({
+  project_id: Schema.optional(ProjectId),
+  reason: Reason
+}) {}
+
+export class StreamEpochChange extends Schema.Class<StreamEpochChange>("StreamEpochChange")({
+  project_id: Schema.String,
+  from_epoch: Schema.Int,
+  to_epoch: Schema.Int
+}) {}
+
+export class StreamEpochsView extends Schema.Class<StreamEpochsView>("StreamEpochsView")({
+  /** how many project streams got a new epoch */
+  bumped: Schema.Int,
+  /** the first 100 of them, by project id */
+  projects: Schema.Array(StreamEpochChange)
 }) {}
 
 export class AuditChange extends Schema.Class<AuditChange>("AuditChange")({
@@ -148,6 +167,10 @@ export class OperationsApi extends HttpApiGroup.make("operations")
     HttpApiEndpoint.post("bumpEpoch", "/admin/epoch/bump").setPayload(BumpEpochBody).addSuccess(ModeView)
       .addError(StorageUnavailable)
   )
+  .add(
+    HttpApiEndpoint.post("newStreamEpoch", "/admin/streams/new-epoch").setPayload(NewStreamEpochBody)
+      .addSuccess(StreamEpochsView).addError(NotFound).addError(StorageUnavailable)
+  )
   .add(HttpApiEndpoint.get("audit", "/admin/audit").addSuccess(AuditView).addError(StorageUnavailable))
   .add(HttpApiEndpoint.get("outbox", "/admin/outbox").addSuccess(OutboxView).addError(StorageUnavailable))
   .add(HttpApiEndpoint.get("inboxDead", "/admin/inbox/dead").addSuccess(InboxRowsView).addError(StorageUnavailable))
@@ -193,5 +216,5 @@ export class OperationsApi extends HttpApiGroup.make("operations")
       .addError(StorageUnavailable)
   )
   .middleware(OperatorAuthentication)
-  .annotate(OpenApi.Description, "Modes, epoch, dead letters, manual review (operator token)")
+  .annotate(OpenApi.Description, "Modes, epochs, dead letters, manual review (operator token)")
 {}

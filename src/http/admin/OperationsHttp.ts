@@ -5,6 +5,7 @@ import { InboxAdmin } from "../../intake/InboxAdmin.js"
 import { FenceControl } from "../../persistence/FenceControl.js"
 import { OperatorAudit } from "../../persistence/OperatorAudit.js"
 import { OperatorQueues } from "../../persistence/OperatorQueues.js"
+import { StreamEpochs } from "../../persistence/StreamEpochs.js"
 import type { FenceView } from "../../persistence/WriteFence.js"
 import { listDeadLetters, replayDeadLetters } from "../../propagation/DeadLetters.js"
 import { providerNames } from "../../providers/providers.js"
@@ -25,7 +26,9 @@ import {
   Replayed,
   ResolvedTask,
   ReviewTask,
-  ReviewView
+  ReviewView,
+  StreamEpochChange,
+  StreamEpochsView
 } from "./OperationsApi.js"
 import { Operator } from "./OperatorAuth.js"
 
@@ -55,6 +58,7 @@ export const OperationsHttpLive = HttpApiBuilder.group(
       const queues = yield* OperatorQueues
       const inbox = yield* InboxAdmin
       const tasks = yield* TaskClient
+      const streams = yield* StreamEpochs
       const record = (e: Parameters<typeof audit.record>[0]) =>
         audit.record(e).pipe(Effect.catchAll(storageFailed("writing the audit row")))
 
@@ -82,6 +86,20 @@ export const OperationsHttpLive = HttpApiBuilder.group(
           Effect.gen(function*() {
             const { operator } = yield* Operator
             return modeView(yield* control.bumpEpoch(operator, payload.region, payload.reason))
+          }))
+        .handle("newStreamEpoch", ({ payload }) =>
+          Effect.gen(function*() {
+            const { operator } = yield* Operator
+            const changes = yield* streams.bump(operator, payload.project_id, payload.reason)
+            if (changes.length === 0 && payload.project_id !== undefined) {
+              return yield* new NotFound({ message: `no project ${payload.project_id}` })
+            }
+            return new StreamEpochsView({
+              bumped: changes.length,
+              projects: changes.slice(0, 100).map((c) =>
+                new StreamEpochChange({ project_id: c.projectId, from_epoch: c.from, to_epoch: c.to }, trusted)
+              )
+            }, trusted)
           }))
         .handle("audit", () =>
           Effect.map(audit.recent(200), (rows) =>
