@@ -44,10 +44,12 @@ export const objectStoreDown = async (): Promise<DrillRow> => {
     const downAt = performance.now()
     log(`${ids.length} tasks; the object store is down`)
     const risky = async () =>
-      Number((await stage.db.query(
-        `SELECT count(*) FROM generation_tasks WHERE id = ANY($1::uuid[]) AND status = 'output_at_risk'`,
-        [ids]
-      )).rows[0].count)
+      Number(
+        (await stage.db.query(
+          `SELECT count(*) FROM generation_tasks WHERE id = ANY($1::uuid[]) AND status = 'output_at_risk'`,
+          [ids]
+        )).rows[0].count
+      )
     await waitFor("a task in output_at_risk", async () => (await risky()) > 0, 120_000)
     let peakAtRisk = 0
     while (performance.now() - downAt < DOWN_MS) {

@@ -137,6 +137,20 @@ const sseClient = async (stage: Stage): Promise<Client> => {
   return client
 }
 
+/** Failed creation tries per 10 s of the soak, by status (0: no answer within 10 s): where admissions struggled. */
+const triesOverTime = (tries: ReadonlyArray<{ readonly at: number; readonly status: number }>) => {
+  const bins = new Map<number, Map<number, number>>()
+  for (const t of tries) {
+    const bin = Math.floor((t.at - startEpoch) / 10_000) * 10
+    const byStatus = bins.get(bin) ?? new Map<number, number>()
+    byStatus.set(t.status, (byStatus.get(t.status) ?? 0) + 1)
+    bins.set(bin, byStatus)
+  }
+  return [...bins].sort(([a], [b]) => a - b)
+    .map(([bin, byStatus]) => `${bin} s: ${[...byStatus].map(([st, n]) => `${n}×${st}`).join(" ")}`)
+    .join("; ") || "none"
+}
+
 const main = async () => {
   log(`soak: ${MINUTES} min, ${RATE} tasks/s, ${CLIENTS} SSE clients, a runner killed every ${KILL_EVERY_MS / 1000} s`)
   const [pgInstance, redis] = await Promise.all([ownPostgres("soak"), ownRedis()])
@@ -313,6 +327,8 @@ const main = async () => {
       ["duration", `${MINUTES} min of faults + ${(converged / 1000).toFixed(0)} s to converge`],
       ["tasks", `${ids.length} admitted (${refused} refused after 10 retries), ${inv.tasks - inv.stuck} terminal`],
       ["refusals (after 10 tries)", [...refusals].map(([why, n]) => `${n}× ${why}`).join("; ") || "none"],
+      ["failed tries over time (10 s bins, from the start)", triesOverTime(s.failedTries)],
+      ["faults (s from the start)", marks.map((m) => `${(m.at / 1000).toFixed(0)} ${m.what}`).join("; ")],
       ["kills", `${killed} SIGKILLs of a runner (every ${KILL_EVERY_MS / 1000} s), each restarted`],
       ["restarts", marks.filter((m) => m.what.startsWith("restart ")).map((m) => m.what.slice(8)).join(", ")],
       [

@@ -222,6 +222,8 @@ export const openStage = async (o: StageOptions) => {
   const project = (created.body as { project_id: string }).project_id
 
   const retried = { count: 0 }
+  /** Every failed try of a task creation: when (Date.now()) and its status (0: no answer in time). */
+  const failedTries: Array<{ readonly at: number; readonly status: number }> = []
   /**
    * Creates a task through the public API on `via`, as a careful client does: a 5xx (or no answer) is retried with the
    * same Idempotency-Key, up to 10 times. Its id once the 201 is in (an acknowledged task).
@@ -238,6 +240,7 @@ export const openStage = async (o: StageOptions) => {
       }).catch((e) => ({ status: 0, body: String(e) }))
       if (res.status === 201) return (res.body as { task_id: string }).task_id
       last = `${res.status} ${JSON.stringify(res.body)}`
+      failedTries.push({ at: Date.now(), status: res.status })
       // 5xx or no answer (a runner killed mid-request: nginx's 502): the outcome is unknown, the same key is safe
       if (res.status < 500 && res.status !== 0) break
       retried.count++
@@ -336,6 +339,7 @@ export const openStage = async (o: StageOptions) => {
     stop,
     createTask,
     retried,
+    failedTries,
     workload,
     faults,
     adminCall,
