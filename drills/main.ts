@@ -8,6 +8,7 @@
 import * as fs from "node:fs"
 import { callbackLoss } from "./callbackLoss.js"
 import { mqOutage } from "./mqOutage.js"
+import { pgFailover } from "./pgFailover.js"
 import { providersDown } from "./providersDown.js"
 import { regionTakeover } from "./regionTakeover.js"
 import { crashedRow, type DrillRow, reportTable } from "./report.js"
@@ -18,7 +19,8 @@ const DRILLS: Record<string, () => Promise<DrillRow>> = {
   "mq-outage": mqOutage,
   "callback-loss": callbackLoss,
   "providers-down": providersDown,
-  "region-takeover": regionTakeover
+  "region-takeover": regionTakeover,
+  "pg-failover": pgFailover
 }
 
 const main = async () => {
