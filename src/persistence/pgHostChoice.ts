@@ -81,6 +81,18 @@ export const hostChoosingClient = <B extends typeof pg.Client>(Base: B, choice: 
     }
 
     private async connectToOne(): Promise<void> {
+      // a connection lost during the session check is emitted as 'error' on the client, before the pool listens to
+      // it (after connect): it fails the check here instead of ending the process
+      const duringConnect = () => {}
+      this.on("error", duringConnect)
+      try {
+        await this.tryHosts()
+      } finally {
+        this.off("error", duringConnect)
+      }
+    }
+
+    private async tryHosts(): Promise<void> {
       const failures: Array<string> = []
       let lastError: unknown
       for (const [i, host] of choice.order().entries()) {
