@@ -8,7 +8,7 @@ import pg from "pg"
  * wake loops (WakeLoop.ts) never learn that their LISTEN is gone, and it stays gone. Here each stream has a client of
  * its own, built like the pool's (the pool's Client class: it goes to the first writable host, the last good one
  * first), and a lost connection fails the stream: the wake loop's retry LISTENs again, on the promoted server.
- * One connection per channel (two per runner: inbox and outbox) instead of one shared.
+ * One connection per channel (up to three per runner: inbox, outbox relay, token revocations) instead of one shared.
  */
 export const listenOnOwnClient = (pool: pg.Pool) => (channel: string): Stream.Stream<string, SqlError> =>
   Stream.asyncScoped<string, SqlError>((emit) =>
