@@ -9,6 +9,7 @@ import * as fs from "node:fs"
 import { callbackLoss } from "./callbackLoss.js"
 import { mqOutage } from "./mqOutage.js"
 import { objectStoreDown } from "./objectStoreDown.js"
+import { pgFailover } from "./pgFailover.js"
 import { pitr } from "./pitr.js"
 import { providersDown } from "./providersDown.js"
 import { redisFailover } from "./redisFailover.js"
@@ -24,6 +25,7 @@ const DRILLS: Record<string, () => Promise<DrillRow>> = {
   "providers-down": providersDown,
   "object-store-down": objectStoreDown,
   "region-takeover": regionTakeover,
+  "pg-failover": pgFailover,
   pitr
 }
 

@@ -4,7 +4,21 @@ import * as Migrator from "@effect/sql/Migrator"
 import { SqlError } from "@effect/sql/SqlError"
 import { PGlite } from "@electric-sql/pglite"
 import { PGLiteSocketServer } from "@electric-sql/pglite-socket"
-import { Context, Duration, Effect, Layer, Metric, Option, Redacted, Runtime, Schedule } from "effect"
+import {
+  Config,
+  ConfigError,
+  Context,
+  Duration,
+  Effect,
+  Either,
+  Layer,
+  Metric,
+  Option,
+  Redacted,
+  Runtime,
+  Schedule,
+  type Stream
+} from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import pg from "pg"
@@ -27,6 +41,8 @@ import submissionSlotAcquire from "../../migrations/0015_submission_slot_acquire
 import lateAttemptResults from "../../migrations/0016_late_attempt_results.js"
 import tokenRevocations from "../../migrations/0017_token_revocations.js"
 import * as S from "../config/Settings.js"
+import { formatHost, isMultiHost, parseDsn } from "./pgHosts.js"
+import { listenOnOwnClient } from "./pgListen.js"
 import { makePool } from "./pgPool.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
@@ -100,11 +116,20 @@ const connectionsDropped = Metric.counter("db_connections_dropped", {
   incremental: true
 })
 
+/** New connections that went to another host of a multi-host DATABASE_URL than the connection before (a failover). */
+export const hostSwitches = Metric.counter("pg_host_switches", {
+  description: "new PostgreSQL connections that went to another host of DATABASE_URL than the one before (failover)",
+  incremental: true
+})
+
 /**
  * PostgreSQL from DATABASE_URL: any number of runners may share it. The pool is bounded at every step (pgPool.ts):
  * while the link is silent a request fails within DB_CONNECT_TIMEOUT or DB_STATEMENT_TIMEOUT + 1 s (503 at the API)
  * instead of hanging, and the connections it hung on are dropped, so fresh ones serve as soon as the link is back.
  * The cluster's storage shares this pool (its SqlClient), so its shard locks and messages are bounded the same way.
+ * With several hosts (`postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`) each new connection takes
+ * the first usable host, the last good one first (pgHostChoice.ts): after a failover the same pool, the cluster's
+ * storage and the LISTEN client reach the promoted server.
  */
 export const layerPostgres = (options: {
   readonly url: Redacted.Redacted
@@ -112,6 +137,7 @@ export const layerPostgres = (options: {
   readonly applicationName?: string
 }) => {
   const applicationName = options.applicationName ?? "task-control-plane"
+  let ownListen: ((channel: string) => Stream.Stream<string, SqlError>) | undefined
   return PgClient.layerFromPool({
     acquire: Effect.gen(function*() {
       const { link } = yield* Effect.orDie(DatabaseSettings.config)
@@ -123,10 +149,29 @@ export const layerPostgres = (options: {
             Effect.zipRight(Metric.increment(connectionsDropped))
           )
         )
+      const dsn = yield* Either.match(parseDsn(Redacted.value(options.url)), {
+        onLeft: (message) => Effect.fail(new SqlError({ message: `DATABASE_URL: ${message}` })),
+        onRight: Effect.succeed
+      })
+      const onHostChosen = (
+        host: { host: string; port: number },
+        previous: { host: string; port: number } | undefined
+      ) =>
+        runFork(
+          Effect.logInfo(`database: connections go to ${formatHost(host)}`).pipe(
+            Effect.annotateLogs({
+              pg_host: formatHost(host),
+              previous_host: previous === undefined ? "none" : formatHost(previous),
+              application: applicationName
+            }),
+            Effect.zipRight(previous === undefined ? Effect.void : Metric.increment(hostSwitches))
+          )
+        )
       const pool = yield* Effect.acquireRelease(
         Effect.sync(() =>
           makePool({
-            url: Redacted.value(options.url),
+            dsn,
+            onHostChosen,
             maxConnections: options.maxConnections,
             applicationName,
             types,
@@ -136,6 +181,7 @@ export const layerPostgres = (options: {
         ),
         (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption("1 second"))
       )
+      if (isMultiHost(dsn)) ownListen = listenOnOwnClient(pool)
       // as PgClient.layer does: a runner that cannot reach its database fails at start, within the bounds
       yield* Effect.tryPromise({
         try: () => pool.query("SELECT 1"),
@@ -145,14 +191,40 @@ export const layerPostgres = (options: {
     }),
     applicationName,
     types
-  })
+  }).pipe(
+    // several hosts: a LISTEN that fails when its server goes, so the wake loops LISTEN again on the promoted one
+    // (pgListen.ts); sql-pg builds its client with Object.assign the same way
+    Layer.tap((context) =>
+      Effect.sync(() => {
+        if (ownListen !== undefined) Object.assign(Context.get(context, PgClient.PgClient), { listen: ownListen })
+      })
+    )
+  )
 }
+
+/** DATABASE_URL decoded at start (pgHosts.ts): a bad host list or target_session_attrs is one line naming it. */
+const checkedUrl = (s: S.Setting<Option.Option<Redacted.Redacted>>): S.Setting<Option.Option<Redacted.Redacted>> => ({
+  config: Config.mapOrFail(s.config, (url) =>
+    Option.match(url, {
+      onNone: () => Either.right(url),
+      onSome: (value) =>
+        Either.match(parseDsn(Redacted.value(value)), {
+          onLeft: (message) => Either.left(ConfigError.InvalidData([], `DATABASE_URL: ${message}`)),
+          onRight: () => Either.right(url)
+        })
+    })),
+  docs: s.docs
+})
 
 const positive = (s: S.Setting<Duration.Duration>) =>
   S.refine(s, "must be longer than 0", (d) => Duration.greaterThan(d, Duration.zero))
 
 export const DatabaseSettings = S.area("Database", "where tasks, events and the cluster's tables live", {
-  url: S.secret("DATABASE_URL", "PostgreSQL for any number of runners; unset: the embedded PGlite (one runner)"),
+  url: checkedUrl(S.secret(
+    "DATABASE_URL",
+    "PostgreSQL for any number of runners; unset: the embedded PGlite (one runner). Several hosts as libpq takes " +
+      "them: postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write (any: the first that answers)"
+  )),
   poolSize: S.integer("DB_POOL_SIZE", "connections per runner (PostgreSQL only; PGlite takes 2)", 20, { min: 1 }),
   link: S.all({
     connectTimeout: positive(S.duration(

@@ -1,6 +1,8 @@
 import { Duration } from "effect"
 import pg from "pg"
 import type * as Pg from "pg"
+import { HostChoice, hostChoosingClient } from "./pgHostChoice.js"
+import { isMultiHost, type PgDsn, type PgHost } from "./pgHosts.js"
 
 /**
  * The pg pool under PgClient, in plain Node (pg's own classes; Database.ts wraps it as Effect's PgClient).
@@ -86,9 +88,16 @@ const droppingClient = (noAnswerMs: number, onDropped: OnDropped) =>
     }
   }
 
-/** A pool whose connections time out, are watched for answers, and are kept alive at both ends of the link. */
+/**
+ * A pool whose connections time out, are watched for answers, and are kept alive at both ends of the link. With
+ * several hosts (or target_session_attrs=read-write) each new connection chooses its host (pgHostChoice.ts), and the
+ * options' URL is the last good host's alone (pg cannot parse a host list), so a client built from the options
+ * (sql-pg's LISTEN client) goes there too. One host keeps pg's own path: the URL as given, no probing.
+ */
 export const makePool = (options: {
-  readonly url: string
+  readonly dsn: PgDsn
+  /** A connection went to another host than the one before (several hosts only). */
+  readonly onHostChosen?: (host: PgHost, previous: PgHost | undefined) => void
   readonly maxConnections: number
   readonly applicationName: string
   readonly types: Pg.CustomTypesConfig
@@ -99,12 +108,15 @@ export const makePool = (options: {
   const statementMs = Duration.toMillis(link.statementTimeout)
   const noAnswerMs = statementMs + Duration.toMillis(NO_ANSWER_GRACE)
   const keepAliveSeconds = Math.max(1, Math.round(Duration.toSeconds(link.keepAlive)))
+  const { dsn } = options
+  const multiHost = isMultiHost(dsn)
+  const choice = multiHost ? new HostChoice(dsn, options.onHostChosen ?? (() => {})) : undefined
+  const Client = droppingClient(noAnswerMs, options.onDropped)
   const pool = new pg.Pool({
-    connectionString: options.url,
     max: options.maxConnections,
     application_name: options.applicationName,
     types: options.types,
-    Client: droppingClient(noAnswerMs, options.onDropped),
+    Client: choice === undefined ? Client : hostChoosingClient(Client, choice),
     connectionTimeoutMillis: Duration.toMillis(link.connectTimeout),
     idleTimeoutMillis: Duration.toMillis(link.idleTimeout),
     keepAlive: true,
@@ -116,8 +128,12 @@ export const makePool = (options: {
     // the server's side of keepalive (an `options` in DATABASE_URL takes precedence over these)
     options:
       `-c tcp_keepalives_idle=${keepAliveSeconds} -c tcp_keepalives_interval=${SERVER_KEEPALIVE_INTERVAL_SECONDS}` +
-      ` -c tcp_keepalives_count=${SERVER_KEEPALIVE_COUNT}`
+      ` -c tcp_keepalives_count=${SERVER_KEEPALIVE_COUNT}`,
+    connectionString: dsn.urlFor(dsn.hosts[0]!)
   })
+  if (choice !== undefined) {
+    Object.defineProperty(pool.options, "connectionString", { get: () => dsn.urlFor(choice.current), enumerable: true })
+  }
   // an idle connection that failed (the server ended it): the pool has removed it, the next use opens another
   pool.on("error", () => {})
   return pool
