@@ -136,6 +136,8 @@ export const startRunnerProcess = async (
     }
     await sleep(250)
   }
+  health.stop()
+  await stopProcess(child, "SIGKILL")
   throw new Error("runner did not start")
 }
 

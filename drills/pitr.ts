@@ -9,50 +9,15 @@
 import { Effect } from "effect"
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
-import * as http from "node:http"
 import pg from "pg"
 import { TokenSigner } from "../src/http/Auth.js"
 import { eventGaps, ledgerDiffs, openLedgerDiffs } from "./invariants.js"
 import type { DrillRow } from "./report.js"
 import { baseBackup, ownPostgres, restoredPostgres, walArchive } from "./services.js"
-import { AUTH_SECRET, log, openStage, type Stage, waitFor } from "./stage.js"
+import { AUTH_SECRET, follow, log, openStage, type Stage, waitFor } from "./stage.js"
 
 const TASKS = Number(process.env.DRILL_TASKS ?? 20)
 const POINT = "drill"
-
-interface Frame {
-  readonly id: string | undefined
-  readonly event: string
-  readonly data: string
-}
-
-/** A project's SSE stream: every frame it received, in order (`lastEventId`: resume with that cursor). */
-const follow = (url: string, token: string, lastEventId?: string) => {
-  const frames: Array<Frame> = []
-  let buffer = ""
-  const req = http.get(url, {
-    headers: {
-      accept: "text/event-stream",
-      authorization: `Bearer ${token}`,
-      ...(lastEventId === undefined ? {} : { "last-event-id": lastEventId })
-    }
-  }, (res) => {
-    res.setEncoding("utf8")
-    res.on("data", (chunk: string) => {
-      buffer += chunk
-      let end: number
-      while ((end = buffer.indexOf("\n\n")) !== -1) {
-        const block = buffer.slice(0, end)
-        buffer = buffer.slice(end + 2)
-        const data = /^data: (.*)$/m.exec(block)?.[1]
-        if (data === undefined) continue
-        frames.push({ id: /^id: (.*)$/m.exec(block)?.[1], event: /^event: (.*)$/m.exec(block)?.[1] ?? "message", data })
-      }
-    })
-  })
-  req.on("error", () => undefined)
-  return { frames, close: () => req.destroy() }
-}
 
 /** An operator token for the ops CLI (the stage's runners share AUTH_SECRET). */
 const operatorToken = () => {

@@ -105,13 +105,8 @@ export const ownPostgres = async (name: string, extraConf: ReadonlyArray<string>
   return instance
 }
 
-/** A streaming replica of `primary` (pg_basebackup -R), started: read-only until promoted. */
-export const ownReplica = async (
-  name: string,
-  primary: OwnPostgres
-): Promise<OwnPostgres & { promote: () => void }> => {
-  const port = await freePort()
-  const dir = pgDir(name)
+/** pg_basebackup of `primary` into `dir`, the WAL it needs streamed with it. */
+const basebackup = (primary: OwnPostgres, dir: string, extra: ReadonlyArray<string>) =>
   asPostgres("pg_basebackup", [
     "-h",
     "127.0.0.1",
@@ -121,10 +116,19 @@ export const ownReplica = async (
     "postgres",
     "-D",
     dir,
-    "-R",
     "-X",
-    "stream"
+    "stream",
+    ...extra
   ])
+
+/** A streaming replica of `primary` (pg_basebackup -R), started: read-only until promoted. */
+export const ownReplica = async (
+  name: string,
+  primary: OwnPostgres
+): Promise<OwnPostgres & { promote: () => void }> => {
+  const port = await freePort()
+  const dir = pgDir(name)
+  basebackup(primary, dir, ["-R"])
   writeConf(dir, port)
   const instance = pgInstance(dir, port)
   await instance.start()
@@ -235,20 +239,7 @@ export const walArchive = (name: string): WalArchive => {
 /** A base backup of `primary` (pg_basebackup, the WAL it needs streamed with it) in a folder of its own. */
 export const baseBackup = (name: string, primary: OwnPostgres) => {
   const dir = pgDir(`${name}-base`)
-  asPostgres("pg_basebackup", [
-    "-h",
-    "127.0.0.1",
-    "-p",
-    String(primary.port),
-    "-U",
-    "postgres",
-    "-D",
-    dir,
-    "-X",
-    "stream",
-    "-c",
-    "fast"
-  ])
+  basebackup(primary, dir, ["-c", "fast"])
   return dir
 }
 

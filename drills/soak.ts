@@ -217,7 +217,11 @@ const main = async () => {
         const victim = s.runners[killed++ % s.runners.length]!
         mark(`SIGKILL runner ${victim.name}`)
         await s.stop(victim, "SIGKILL")
-        await s.start(victim)
+        // as a supervisor does: a runner that did not come up (a machine loaded past its limits) is started again
+        await s.start(victim).catch(async (e) => {
+          mark(`runner ${victim.name} did not start (${String(e)}): starting it again`)
+          await s.start(victim)
+        })
         mark(`runner ${victim.name} back`)
       }
     })()

@@ -352,24 +352,42 @@ export const openStage = async (o: StageOptions) => {
   }
 }
 
-/** A project's SSE stream, opened before its first event: the cursors it received, in order. */
-export const follow = (url: string, token: string) => {
+/** One SSE frame: its id (a cursor, if any), event type and data. */
+export interface Frame {
+  readonly id: string | undefined
+  readonly event: string
+  readonly data: string
+}
+
+/**
+ * A project's SSE stream (from `lastEventId`, or from where it stands): every frame it received in order, and the
+ * ids among them.
+ */
+export const follow = (url: string, token: string, lastEventId?: string) => {
+  const frames: Array<Frame> = []
   const ids: Array<string> = []
   let buffer = ""
   const req = http.get(url, {
-    headers: { accept: "text/event-stream", authorization: `Bearer ${token}` }
+    headers: {
+      accept: "text/event-stream",
+      authorization: `Bearer ${token}`,
+      ...(lastEventId === undefined ? {} : { "last-event-id": lastEventId })
+    }
   }, (res) => {
     res.setEncoding("utf8")
     res.on("data", (chunk: string) => {
       buffer += chunk
       let end: number
       while ((end = buffer.indexOf("\n\n")) !== -1) {
-        const id = /^id: (.*)$/m.exec(buffer.slice(0, end))?.[1]
-        if (id !== undefined) ids.push(id)
+        const block = buffer.slice(0, end)
         buffer = buffer.slice(end + 2)
+        const id = /^id: (.*)$/m.exec(block)?.[1]
+        if (id !== undefined) ids.push(id)
+        const data = /^data: (.*)$/m.exec(block)?.[1]
+        if (data !== undefined) frames.push({ id, event: /^event: (.*)$/m.exec(block)?.[1] ?? "message", data })
       }
     })
   })
   req.on("error", () => undefined)
-  return { ids, close: () => req.destroy() }
+  return { frames, ids, close: () => req.destroy() }
 }
