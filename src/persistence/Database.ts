@@ -41,7 +41,7 @@ import submissionSlotAcquire from "../../migrations/0015_submission_slot_acquire
 import lateAttemptResults from "../../migrations/0016_late_attempt_results.js"
 import tokenRevocations from "../../migrations/0017_token_revocations.js"
 import * as S from "../config/Settings.js"
-import { formatHost, isMultiHost, parseDsn } from "./pgHosts.js"
+import { formatHost, parseDsn } from "./pgHosts.js"
 import { listenOnOwnClient } from "./pgListen.js"
 import { makePool } from "./pgPool.js"
 
@@ -181,7 +181,7 @@ export const layerPostgres = (options: {
         ),
         (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption("1 second"))
       )
-      if (isMultiHost(dsn)) ownListen = listenOnOwnClient(pool)
+      ownListen = listenOnOwnClient(pool)
       // as PgClient.layer does: a runner that cannot reach its database fails at start, within the bounds
       yield* Effect.tryPromise({
         try: () => pool.query("SELECT 1"),
@@ -192,8 +192,8 @@ export const layerPostgres = (options: {
     applicationName,
     types
   }).pipe(
-    // several hosts: a LISTEN that fails when its server goes, so the wake loops LISTEN again on the promoted one
-    // (pgListen.ts); sql-pg builds its client with Object.assign the same way
+    // a LISTEN that fails when its server goes (a restart, a failover to another host), so the wake loops LISTEN
+    // again (pgListen.ts); sql-pg builds its client with Object.assign the same way
     Layer.tap((context) =>
       Effect.sync(() => {
         if (ownListen !== undefined) Object.assign(Context.get(context, PgClient.PgClient), { listen: ownListen })

@@ -3,9 +3,9 @@ import { Effect, Stream } from "effect"
 import pg from "pg"
 
 /**
- * LISTEN for a DATABASE_URL with several hosts, in place of sql-pg's. sql-pg keeps one LISTEN client for every
- * channel and ignores its errors: when its server goes away (a failover) the stream neither ends nor fails, so the
- * wake loops (WakeLoop.ts) never learn that their LISTEN is gone, and it stays gone. Here each stream has a client of
+ * LISTEN in place of sql-pg's. sql-pg keeps one LISTEN client for every channel and ignores its errors: when its
+ * server goes away (a restart, a failover) the stream neither ends nor fails, so the wake loops (WakeLoop.ts) never
+ * learn that their LISTEN is gone (their gauge still says listening), and it stays gone. Here each stream has a client of
  * its own, built like the pool's (the pool's Client class: it goes to the first writable host, the last good one
  * first), and a lost connection fails the stream: the wake loop's retry LISTENs again, on the promoted server.
  * One connection per channel (up to three per runner: inbox, outbox relay, token revocations) instead of one shared.

@@ -57,7 +57,7 @@ const heldListen = Effect.gen(function*() {
     ).pipe(Effect.as(true))
 })
 
-describe.skipIf(noDatabase)("a DATABASE_URL with two hosts", () => {
+describe.skipIf(noDatabase)("a DATABASE_URL with one or two hosts: writes and LISTEN follow the server", () => {
   it.live(
     "writes go to the writable host; after a failover the same pool writes to the promoted replica",
     () =>
@@ -97,6 +97,26 @@ describe.skipIf(noDatabase)("a DATABASE_URL with two hosts", () => {
         expect((yield* Metric.value(switches)).count).toBeGreaterThan(switchesBefore)
         // the LISTEN held across the failover hears the promoted server
         expect(yield* run(heard("after"))).toBe(true)
+      }).pipe(Effect.scoped),
+    { timeout: 180_000 * timeFactor }
+  )
+
+  it.live(
+    "one host: a LISTEN held across a restart of the server hears it again (sql-pg's would stay deaf)",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* Effect.acquireRelease(
+          Effect.promise(() => ownPostgres("pgmh-single")),
+          (p) => Effect.sync(() => p.remove())
+        )
+        const url = `postgres://postgres@127.0.0.1:${server.port}/postgres`
+        const database = layerPostgres({ url: Redacted.make(url), maxConnections: 4, applicationName: "singlehost" })
+        const context = yield* Layer.build(database)
+        const heard = yield* Effect.provide(heldListen, context)
+        expect(yield* Effect.provide(heard("before"), context)).toBe(true)
+        yield* Effect.sync(() => server.stop("fast"))
+        yield* Effect.promise(() => server.start())
+        expect(yield* Effect.provide(heard("after"), context)).toBe(true)
       }).pipe(Effect.scoped),
     { timeout: 180_000 * timeFactor }
   )
