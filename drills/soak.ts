@@ -16,7 +16,7 @@ import { percentile, sleep } from "../bench/support.js"
 import { checkInvariants, describeInvariants, violations } from "./invariants.js"
 import { ownPostgres, ownRedis, ownRocketMQ } from "./services.js"
 import { soakChart } from "./soakChart.js"
-import { log, openStage, PROVIDERS, request, type Stage, waitFor } from "./stage.js"
+import { log, openStage, PROVIDERS, request, sseFrames, type Stage, waitFor } from "./stage.js"
 
 const { values } = parseArgs({ options: { minutes: { type: "string", default: "10" } } })
 const MINUTES = Number(values.minutes)
@@ -82,27 +82,18 @@ const sseClient = async (stage: Stage): Promise<Client> => {
     const url = `${stage.platform}/v1/projects/${stage.project}/events`
     const connection: Client["connections"][number] = { at: performance.now() - t0, after: last, status: "no answer" }
     client.connections.push(connection)
-    let buffer = ""
     const req = http.get(url, { headers }, (res) => {
       connection.status = res.statusCode ?? "?"
-      res.setEncoding("utf8")
-      res.on("data", (chunk: string) => {
-        buffer += chunk
-        let end: number
-        while ((end = buffer.indexOf("\n\n")) !== -1) {
-          const block = buffer.slice(0, end)
-          buffer = buffer.slice(end + 2)
-          const id = /^id: (.*)$/m.exec(block)?.[1]
-          if (/^event: reset$/m.test(block)) {
-            // the cursor cannot be served: a real client takes a new snapshot and goes on from the cursor given
-            const reason = /"reason":"([a-z_]+)"/.exec(block)?.[1] ?? "?"
-            client.resets.push({ reason, from: last, to: id })
-            last = id
-          }
-          if (id !== undefined && /^event: task\.status$/m.test(block)) {
-            last = id
-            client.received.push({ cursor: id, at: Date.now() })
-          }
+      sseFrames(res, (frame) => {
+        if (frame.event === "reset") {
+          // the cursor cannot be served: a real client takes a new snapshot and goes on from the cursor given
+          const reason = (JSON.parse(frame.data) as { reason?: string }).reason ?? "?"
+          client.resets.push({ reason, from: last, to: frame.id })
+          last = frame.id
+        }
+        if (frame.id !== undefined && frame.event === "task.status") {
+          last = frame.id
+          client.received.push({ cursor: frame.id, at: Date.now() })
         }
       })
       res.on("end", () => again())

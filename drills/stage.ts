@@ -366,28 +366,34 @@ export interface Frame {
 export const follow = (url: string, token: string, lastEventId?: string) => {
   const frames: Array<Frame> = []
   const ids: Array<string> = []
-  let buffer = ""
   const req = http.get(url, {
     headers: {
       accept: "text/event-stream",
       authorization: `Bearer ${token}`,
       ...(lastEventId === undefined ? {} : { "last-event-id": lastEventId })
     }
-  }, (res) => {
-    res.setEncoding("utf8")
-    res.on("data", (chunk: string) => {
-      buffer += chunk
-      let end: number
-      while ((end = buffer.indexOf("\n\n")) !== -1) {
-        const block = buffer.slice(0, end)
-        buffer = buffer.slice(end + 2)
-        const id = /^id: (.*)$/m.exec(block)?.[1]
-        if (id !== undefined) ids.push(id)
-        const data = /^data: (.*)$/m.exec(block)?.[1]
-        if (data !== undefined) frames.push({ id, event: /^event: (.*)$/m.exec(block)?.[1] ?? "message", data })
-      }
-    })
-  })
+  }, (res) =>
+    sseFrames(res, (frame) => {
+      frames.push(frame)
+      if (frame.id !== undefined) ids.push(frame.id)
+    }))
   req.on("error", () => undefined)
   return { frames, ids, close: () => req.destroy() }
+}
+
+/** Splits an SSE response into its frames (the blocks with data; comments are heartbeats), each as it completes. */
+export const sseFrames = (res: http.IncomingMessage, onFrame: (frame: Frame) => void) => {
+  let buffer = ""
+  res.setEncoding("utf8")
+  res.on("data", (chunk: string) => {
+    buffer += chunk
+    let end: number
+    while ((end = buffer.indexOf("\n\n")) !== -1) {
+      const block = buffer.slice(0, end)
+      buffer = buffer.slice(end + 2)
+      const data = /^data: (.*)$/m.exec(block)?.[1]
+      if (data === undefined) continue
+      onFrame({ id: /^id: (.*)$/m.exec(block)?.[1], event: /^event: (.*)$/m.exec(block)?.[1] ?? "message", data })
+    }
+  })
 }

@@ -192,8 +192,8 @@ export const layerPostgres = (options: {
     applicationName,
     types
   }).pipe(
-    // a LISTEN that fails when its server goes (a restart, a failover to another host), so the wake loops LISTEN
-    // again (pgListen.ts); sql-pg builds its client with Object.assign the same way
+    // LISTEN in place of sql-pg's (pgListen.ts): it fails when its server goes (a restart, a failover to another
+    // host), so the wake loops LISTEN again; sql-pg builds its client with Object.assign the same way
     Layer.tap((context) =>
       Effect.sync(() => {
         if (ownListen !== undefined) Object.assign(Context.get(context, PgClient.PgClient), { listen: ownListen })

@@ -18,7 +18,7 @@ export class HostChoice {
     private readonly onChosen: (host: PgHost, previous: PgHost | undefined) => void
   ) {}
 
-  /** The last good host, else the first listed: where a client built from the pool's options goes (the LISTEN one). */
+  /** The last good host, else the first listed. */
   get current(): PgHost {
     return this.last ?? this.dsn.hosts[0]!
   }

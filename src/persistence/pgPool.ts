@@ -52,7 +52,7 @@ export type OnDropped = (waitedMs: number) => void
 const droppingClient = (noAnswerMs: number, onDropped: OnDropped) =>
   class DroppingClient extends pg.Client {
     constructor(config: Pg.ClientConfig = {}) {
-      // the client's own watch replaces pg's query_timeout, which the pool's options carry for the LISTEN client
+      // the client's own watch replaces pg's query_timeout
       super({ ...config, query_timeout: undefined })
     }
 
@@ -90,9 +90,10 @@ const droppingClient = (noAnswerMs: number, onDropped: OnDropped) =>
 
 /**
  * A pool whose connections time out, are watched for answers, and are kept alive at both ends of the link. With
- * several hosts (or target_session_attrs=read-write) each new connection chooses its host (pgHostChoice.ts), and the
- * options' URL is the last good host's alone (pg cannot parse a host list), so a client built from the options
- * (sql-pg's LISTEN client) goes there too. One host keeps pg's own path: the URL as given, no probing.
+ * several hosts (or target_session_attrs=read-write) each new connection chooses its host (pgHostChoice.ts); the
+ * options' URL (the first host's: pg cannot parse a host list) gives only the user, database and parameters. The
+ * LISTEN connections are built from the pool's Client and options too (pgListen.ts). One host keeps pg's own path:
+ * the URL as given, no probing.
  */
 export const makePool = (options: {
   readonly dsn: PgDsn
@@ -122,8 +123,6 @@ export const makePool = (options: {
     keepAlive: true,
     keepAliveInitialDelayMillis: Duration.toMillis(link.keepAlive),
     statement_timeout: statementMs,
-    // for the LISTEN client, which sql-pg builds from these options as a plain pg.Client
-    query_timeout: noAnswerMs,
     idle_in_transaction_session_timeout: Duration.toMillis(IDLE_IN_TRANSACTION_TIMEOUT),
     // the server's side of keepalive (an `options` in DATABASE_URL takes precedence over these)
     options:
@@ -131,9 +130,6 @@ export const makePool = (options: {
       ` -c tcp_keepalives_count=${SERVER_KEEPALIVE_COUNT}`,
     connectionString: dsn.urlFor(dsn.hosts[0]!)
   })
-  if (choice !== undefined) {
-    Object.defineProperty(pool.options, "connectionString", { get: () => dsn.urlFor(choice.current), enumerable: true })
-  }
   // an idle connection that failed (the server ended it): the pool has removed it, the next use opens another
   pool.on("error", () => {})
   return pool
