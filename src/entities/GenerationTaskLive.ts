@@ -1,5 +1,5 @@
 import { Entity, Sharding } from "@effect/cluster"
-import { Clock, Duration, Effect, Layer, Option, Queue, Ref } from "effect"
+import { Clock, Duration, Effect, Layer, Metric, Option, Queue, Ref } from "effect"
 import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
@@ -12,6 +12,7 @@ import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { newTraceId } from "../tracing/TraceId.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { countObservation, countUnknownSubmitBound, recordLateResult } from "./observationMetrics.js"
+import { plainWakesSkipped } from "./ParkedTasks.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { LifecycleSettings, TaskLifecycle } from "./TaskLifecycle.js"
 
@@ -159,7 +160,11 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           Effect.gen(function*() {
             // a finished task (read, or sent a late duplicate) costs no keep-alive write
             const loaded = yield* Ref.get(cache)
-            if (driving || (Option.isSome(loaded) && !isActive(loaded.value.task.status))) return
+            if (driving) return
+            if (Option.isSome(loaded) && !isActive(loaded.value.task.status)) {
+              // a parked task finished by a webhook: its wake would only spend a quota slot
+              return lifecycle.parked.unpark(taskId)
+            }
             driving = true
             lifecycle.parked.unpark(taskId)
             const thisRun = (run = { settled: false })
@@ -177,7 +182,17 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
             )
           }).pipe(Effect.provideService(Entity.CurrentAddress, address))
         )
-        yield* startLifecycle
+        /**
+         * A Start without a quota slot (the sweeper's, a resume), or any first message: the lifecycle starts unless
+         * this runner holds the task parked (ParkedTasks.holds), whose own wake brings the slot. The entity then
+         * stays idle, as if it had settled: a change a handler makes starts it (wakeOnChange).
+         */
+        const startUnlessParked = Effect.gen(function*() {
+          if (driving || !lifecycle.parked.holds(taskId, yield* Clock.currentTimeMillis)) return yield* startLifecycle
+          run = { settled: true }
+          yield* Metric.increment(plainWakesSkipped)
+        })
+        yield* startUnlessParked
         /**
          * After a handler changed the task: a lifecycle that went idle starts again (a running one already woke up).
          * Only an idle one: a lifecycle that ended otherwise (a terminal task, or none to drive) is not restarted by
@@ -189,9 +204,13 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         return {
           Start: ({ payload }) =>
             Effect.gen(function*() {
-              if (payload.granted === true) handle.granted = true
               const s = yield* current
-              yield* startLifecycle
+              if (payload.granted === true) {
+                handle.granted = true
+                yield* startLifecycle
+              } else {
+                yield* startUnlessParked
+              }
               return s.task
             }),
           GetSnapshot: () => Effect.map(current, (s) => s.task),

@@ -14,6 +14,19 @@ export const tasksParked = Metric.gauge("tasks_parked", {
   description: "polling tasks on this runner whose entity went idle, waiting in memory for their next poll"
 })
 
+export const plainWakesSkipped = Metric.counter("tasks_plain_wakes_skipped_total", {
+  description: "Starts without a quota slot (the sweeper's, a resume) left unanswered because this runner holds the " +
+    "task parked: its own wake comes with its slot",
+  incremental: true
+})
+
+/**
+ * How long an entry vouches for its task (`holds`): past its due time, or in the quota's line, for longer than this
+ * it no longer does, so a plain wake (the sweeper's) drives the task again. Only a wake loop that stopped leaves an
+ * entry that old with a slot that never came: the sweeper stays the safety net for it.
+ */
+const VOUCHES_FOR_MS = 5 * 60_000
+
 /**
  * The runner's idle polling tasks (seed 12.8: a task waiting longer than TASK_IDLE_AFTER for its next poll lets its
  * entity go). One small entry per task (its due time and quota scope, ~100 bytes) instead of an entity, a fiber and
@@ -24,12 +37,27 @@ export const tasksParked = Metric.gauge("tasks_parked", {
  */
 export const makeParkedTasks = () => {
   const parked = new Map<string, Parked>()
-  /** Tasks taken out of `parked` and in line for a quota slot; unpark removes them, and the taker skips them. */
-  const queued = new Set<string>()
+  /**
+   * Tasks taken out of `parked` and in line for a quota slot, with when they joined it; unpark removes them, and the
+   * taker skips them.
+   */
+  const queued = new Map<string, number>()
 
   const park = (taskId: string, entry: Parked) => {
     parked.set(taskId, entry)
     queued.delete(taskId)
+  }
+  /**
+   * Whether this runner has the task in hand: parked until its next poll, or in the quota's line for it (joined
+   * within VOUCHES_FOR_MS). A Start without a slot then leaves the entity idle: at 10,000 tasks under a provider
+   * quota the polls come late by design, the sweeper took them for lost, and each of its Starts built an entity that
+   * asked for a slot, lost its place in the line and parked again, at the back (bench:polling).
+   */
+  const holds = (taskId: string, now: number) => {
+    const since = queued.get(taskId)
+    if (since !== undefined) return now - since < VOUCHES_FOR_MS
+    const entry = parked.get(taskId)
+    return entry !== undefined && now - entry.dueAt < VOUCHES_FOR_MS
   }
   /** The task's entity is awake again (a webhook, a cancel, a wake): no wake is due for it. */
   const unpark = (taskId: string) => {
@@ -71,7 +99,7 @@ export const makeParkedTasks = () => {
         due.sort((a, b) => a[1].dueAt - b[1].dueAt)
         for (const [taskId, entry] of due) {
           parked.delete(taskId)
-          queued.add(taskId)
+          queued.set(taskId, now)
           yield* Effect.forkIn(wakeWithSlot(taskId, entry), scope)
         }
         yield* Metric.set(tasksParked, parked.size + queued.size)
@@ -79,7 +107,7 @@ export const makeParkedTasks = () => {
       yield* look.pipe(Effect.zipRight(Effect.sleep(options.tick)), Effect.forever)
     }).pipe(Effect.scoped)
 
-  return { park, unpark, run, size: () => parked.size + queued.size } as const
+  return { park, unpark, holds, run, size: () => parked.size + queued.size } as const
 }
 
 export type ParkedTasks = ReturnType<typeof makeParkedTasks>

@@ -6,7 +6,7 @@ import { Duration, Effect, Fiber, Layer, Metric, Schedule } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { tasksParked } from "../../src/entities/ParkedTasks.js"
+import { plainWakesSkipped, tasksParked } from "../../src/entities/ParkedTasks.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
@@ -147,6 +147,30 @@ describe.skipIf(noDatabase)("idle task entities woken by messages", () => {
         expect((yield* readyAt(t.taskId)).getTime()).toBeLessThan(next_poll_at!.getTime())
         expect(simulator.queriesOf(provider_task_id!)).toEqual([])
         expect(simulator.submissions(simulator.jobs().find((j) => j.id === provider_task_id)!.clientKey)).toBe(1)
+      }))
+
+    it.effect("a plain Start (the sweeper's) leaves a parked task parked: no poll before it is due", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        yield* simulator.setFaults({ jobDurationMs: 60_000, dropWebhooks: 1 })
+        const t = yield* startTask("runway")
+        const { provider_task_id } = yield* scheduledPoll(t.taskId)
+        yield* until("parked", () => parkedNow() > 0)
+        const skipped = (yield* Metric.value(plainWakesSkipped)).count
+        const client = yield* TaskClient
+        const res = yield* client.send(t.taskId, (c) => c.Start({ traceId: "test" }))
+        expect(res.status).toBe("submitted")
+        // the entity answered without starting its lifecycle: the runner still holds the task for its next poll
+        expect((yield* Metric.value(plainWakesSkipped)).count).toBe(skipped + 1)
+        expect(parkedNow()).toBeGreaterThan(0)
+        expect(simulator.queriesOf(provider_task_id!)).toEqual([])
+        // a change still wakes it at once: the cancel reaches the provider
+        yield* client.send(t.taskId, (c) => c.Cancel({ traceId: "test" }))
+        yield* until(
+          "provider cancel",
+          () => simulator.jobs().find((j) => j.id === provider_task_id)?.canceledAt != null
+        )
+        yield* waitForStatus([t.taskId], ["canceled"], Duration.seconds(30))
       }))
 
     it.effect("a cancel wakes an idle task: the provider is asked before the task's next poll was due", () =>

@@ -77,4 +77,23 @@ describe("parked (idle) tasks on the test clock", () => {
       expect(parked.size()).toBe(0)
       yield* stop
     }))
+
+  it.effect("holds: a task parked or in the quota's line is in hand (a plain Start leaves it), until it is unparked", () =>
+    Effect.gen(function*() {
+      const { parked, stop, woken } = yield* start({ slotMs: 60_000 })
+      parked.park("a", { dueAt: 0, scope })
+      parked.park("b", { dueAt: 0, scope })
+      parked.park("later", { dueAt: 30_000, scope })
+      yield* TestClock.adjust(Duration.millis(100))
+      // a woken first; b waits in line for the next slot, a minute away; later is parked until it is due
+      expect(woken.map((w) => w.id)).toEqual(["a"])
+      const now = yield* Clock.currentTimeMillis
+      expect([parked.holds("a", now), parked.holds("b", now), parked.holds("later", now)]).toEqual([false, true, true])
+      parked.unpark("later")
+      expect(parked.holds("later", now)).toBe(false)
+      // an entry that waited far longer than any line (its wake loop stopped) no longer vouches: the sweeper's Start
+      // drives the task again
+      expect(parked.holds("b", now + 10 * 60_000)).toBe(false)
+      yield* stop
+    }))
 })
