@@ -3,15 +3,18 @@
  * provider quota of 200 queries/s, run twice on a fresh database each: with idle entities (the default: a task whose
  * next poll or quota slot is far lets its entity go, TASK_IDLE_AFTER / TASK_IDLE_QUOTA_WAIT) and without (the
  * baseline: every in-flight task keeps its entity, as before idle entities). Tasks are admitted in four batches
- * (live heap after a full GC measured after each), submitted by the runner itself (its sweeper wakes them), then
- * polled for a measurement window.
+ * (live heap after a full GC measured after each), written in flight with their provider jobs (BENCH_ADMIT=seed,
+ * the default; the runner's sweeper takes them up) or queued and submitted by the runner itself (BENCH_ADMIT=submit),
+ * then polled for a measurement window.
  * Prints per run: live heap at 10,000 tasks and per task, entities in memory and tasks parked, the query rate per 5 s
  * bucket against the quota (how many buckets within ±5%), poll lateness p50/p99 against next_poll_at, tasks never
  * polled in the window (starvation), the runner's CPU and RSS, event-loop lag p99 and shard-lock losses; then the
  * idle run's live heap against the baseline's.
  *
  *   BENCH_TASKS (10000)  BENCH_QPS (200)  BENCH_WINDOW_S (120)  BENCH_IDLE (both | on | off)  BENCH_SUBMIT_TIMEOUT_S (300)
+ *   BENCH_ADMIT (seed: tasks written in flight with their provider jobs | submit: admitted queued, submitted by the runner)
  *   BENCH_IDLE_QUOTA_WAIT (5 seconds: TASK_IDLE_QUOTA_WAIT of the idle run; the runner's default leaves it off)
+ *   BENCH_HEAP_SNAPSHOTS (a folder: a heap snapshot at each live-heap reading; `node bench/heapSummary.mjs a b`)
  *   DATABASE_URL (admin URL)  REDIS_URL (optional)
  */
 import { FetchHttpClient } from "@effect/platform"
@@ -62,13 +65,17 @@ const usage = (pid: number) => {
   return { rssKiB: rss, cpuSeconds: ticks / 100 }
 }
 
+/** A folder: the runner writes a heap snapshot there at each live-heap reading (bench/heapSummary.mjs reads them). */
+const SNAPSHOTS = process.env.BENCH_HEAP_SNAPSHOTS ?? ""
 const probeFile = path.join(os.tmpdir(), `bench-polling-memory-${process.pid}.json`)
 
 /** The runner's live heap after a full GC (bench/memoryProbe.mjs answers SIGUSR2), in KiB. */
 const liveHeap = async (pid: number) => {
   fs.rmSync(probeFile, { force: true })
   process.kill(pid, "SIGUSR2")
-  for (let i = 0; i < 100 && !fs.existsSync(probeFile); i++) await sleep(100)
+  // a heap snapshot first (BENCH_HEAP_SNAPSHOTS) takes tens of seconds
+  const tries = SNAPSHOTS === "" ? 100 : 3000
+  for (let i = 0; i < tries && !fs.existsSync(probeFile); i++) await sleep(100)
   await sleep(100)
   return JSON.parse(fs.readFileSync(probeFile, "utf8")).heapUsed / 1024
 }
@@ -102,6 +109,7 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string,
     // their queries waited on the 20 pooled connections past DB_CONNECT_TIMEOUT (1,310 of 2,500 submitted in 300 s)
     SWEEP_BATCH: String(QPS),
     MEMORY_PROBE_FILE: probeFile,
+    MEMORY_PROBE_SNAPSHOTS: SNAPSHOTS,
     ...(mode === "off" ? IDLE_OFF : { TASK_IDLE_QUOTA_WAIT: process.env.BENCH_IDLE_QUOTA_WAIT ?? "5 seconds" })
   }, { nodeArgs: [...nodeArgs, ...probe] })
   return { child, httpPort, health }
@@ -126,10 +134,49 @@ const admit = (db: pg.Client, project: string, tenant: string, n: number) =>
     [project, tenant, n]
   )
 
+/**
+ * Admits `n` Runway tasks already in flight (BENCH_ADMIT=seed): the provider's jobs are created in the simulator
+ * (as accepted submissions), the tasks written `running` with their job, their poll overdue by more than the
+ * sweeper's grace, so the runner takes them up as it would tasks whose entity was lost: the sweeper wakes them, each
+ * polls or parks in the quota's line. Submitting them one by one (BENCH_ADMIT=submit) measures admission instead:
+ * on 2 cores it ran at 8–15 submissions/s beside the polls, so 10,000 took most of an hour.
+ */
+const seed = async (db: pg.Client, sim: Simulator, simUrl: string, project: string, tenant: string, n: number) => {
+  const keys = Array.from({ length: n }, () => crypto.randomUUID())
+  const jobs = await Effect.runPromise(Effect.forEach(keys, (key) => sim.seed("runway", key, "gen4.5", simUrl)))
+  await db.query(
+    `WITH j AS (
+       SELECT key, job, gen_random_uuid() AS task, gen_random_uuid() AS attempt
+       FROM unnest($3::text[], $4::text[]) AS u(key, job)
+     ), t AS (
+       INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
+         status, stage, version, last_seq, current_attempt_id, home_region, write_epoch)
+       SELECT task, $2, $1, gen_random_uuid(), key, 'h', '{"prompt":"bench","duration_seconds":5}', 'running',
+         'generating', 3, 0, attempt, 'local', 1 FROM j
+     ), a AS (
+       INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, provider_task_id,
+         submit_state, submit_started_at, next_poll_at)
+       SELECT attempt, task, 1, 'runway', 'gen4.5', key, job, 'RUNNING', now(), now() - interval '10 minutes' FROM j
+     )
+     INSERT INTO credit_ledger (tenant_id, task_id, attempt_id, ledger_type, amount)
+     SELECT $2, task, NULL, 'reserve', 5 FROM j`,
+    [project, tenant, keys, jobs]
+  )
+}
+const ADMIT = process.env.BENCH_ADMIT ?? "seed"
+
 const inFlight = async (db: pg.Client) =>
   Number(
     (await db.query(`SELECT count(*) FROM task_attempts WHERE submit_state IN ('SUBMITTED', 'RUNNING')`)).rows[0]
       .count
+  )
+
+/** Seeded tasks the runner has not taken up yet: never polled, and their poll still overdue by minutes. */
+const untouched = async (db: pg.Client) =>
+  Number(
+    (await db.query(
+      `SELECT count(*) FROM task_attempts WHERE last_polled_at IS NULL AND next_poll_at < now() - interval '5 minutes'`
+    )).rows[0].count
   )
 
 interface Result {
@@ -171,8 +218,11 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       for (let b = 1; b <= BATCHES; b++) {
         const target = Math.round((TASKS * b) / BATCHES)
         const batchStart = Date.now()
-        await admit(db, project, tenant, target - Math.round((TASKS * (b - 1)) / BATCHES))
-        while ((await inFlight(db)) < target) {
+        const n = target - Math.round((TASKS * (b - 1)) / BATCHES)
+        if (ADMIT === "seed") await seed(db, sim, simUrl, project, tenant, n)
+        else await admit(db, project, tenant, n)
+        // seeded: in flight once every task has been polled or parked by the runner (none left overdue by minutes)
+        while (ADMIT === "seed" ? (await untouched(db)) > 0 : (await inFlight(db)) < target) {
           if (Date.now() - batchStart > SUBMIT_TIMEOUT_S * 1000) {
             throw new Error(`only ${await inFlight(db)} of ${target} submitted`)
           }

@@ -1,4 +1,5 @@
-import { HttpApi, OpenApi } from "@effect/platform"
+import * as HttpApi from "@effect/platform/HttpApi"
+import * as OpenApi from "@effect/platform/OpenApi"
 import { AdminApi } from "./admin/AdminApi.js"
 import { BreakersApi } from "./admin/BreakersApi.js"
 import { ClusterApi } from "./admin/ClusterApi.js"

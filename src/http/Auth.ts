@@ -1,4 +1,5 @@
-import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
+import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
+import * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
 import { Clock, Context, Duration, Effect, Metric, Option, Redacted, Schema } from "effect"
 import * as jose from "jose"
 import * as S from "../config/Settings.js"

@@ -1,4 +1,4 @@
-import { HttpServerRequest } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Layer, Metric, Redacted } from "effect"
 import { Unauthorized } from "../schema/errors.js"
 import { Authentication, OriginPolicy, type Principal, TokenSigner, tokensRefused } from "./Auth.js"

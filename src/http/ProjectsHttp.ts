@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { type Project, Projects } from "../persistence/Projects.js"
 import { Forbidden } from "../schema/errors.js"

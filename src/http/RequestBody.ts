@@ -5,9 +5,11 @@
  * connection: the client never sees the 413. This reader stops keeping bytes at the limit, lets Node discard the
  * rest, and the 413 goes out with `Connection: close`.
  */
-import { HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { HttpApiDecodeError } from "@effect/platform/HttpApiError"
+import * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Either, Metric, ParseResult, Schema } from "effect"
 import { PayloadTooLarge } from "../schema/errors.js"
 

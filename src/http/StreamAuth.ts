@@ -1,4 +1,4 @@
-import { Cookies } from "@effect/platform"
+import * as Cookies from "@effect/platform/Cookies"
 import { Clock, Duration, Effect, Either, Schema } from "effect"
 import * as jose from "jose"
 import type { IncomingMessage } from "node:http"

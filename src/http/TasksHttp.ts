@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Either, Option } from "effect"
 import { createHash } from "node:crypto"
 import { TaskClient } from "../entities/TaskClient.js"

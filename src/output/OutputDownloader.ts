@@ -1,5 +1,7 @@
-import { type HttpClientError, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
+import type * as HttpClientError from "@effect/platform/HttpClientError"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Context, Duration, Effect, Metric, Schema, Stream } from "effect"
 import type { LookupAddress } from "node:dns"
 import * as dns from "node:dns/promises"

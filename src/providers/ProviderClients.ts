@@ -1,4 +1,5 @@
-import { HttpClient, HttpClientRequest } from "@effect/platform"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import { Clock, Effect, Option, Redacted } from "effect"
 import { LookupUnsupported } from "./errors.js"
 import { type ProviderClient } from "./ProviderDefinition.js"

@@ -1,4 +1,5 @@
-import type { HttpClient, HttpClientRequest } from "@effect/platform"
+import type * as HttpClient from "@effect/platform/HttpClient"
+import type * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import { Config, type Duration, type Effect, type Either, type Option } from "effect"
 import type { Setting } from "../config/Settings.js"
 import type { HostPattern } from "../output/hostPatterns.js"

@@ -1,4 +1,5 @@
-import { HttpClient, HttpClientResponse } from "@effect/platform"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Clock, Duration, Effect, Option, Ref, Schema } from "effect"
 import { skipping } from "./ProviderAdapter.js"
 import type { Ed25519Jwk } from "./signatures.js"

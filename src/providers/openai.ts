@@ -1,4 +1,4 @@
-import type { HttpClientRequest } from "@effect/platform"
+import type * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import { Effect, Either, Option, Schema } from "effect"
 import type { Video, VideoCreateParams, VideoSeconds, VideoSize } from "openai/resources/videos"
 import { parseWith, percent, type ProviderReport, validDate, type WebhookProtocol } from "./ProviderAdapter.js"

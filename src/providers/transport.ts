@@ -1,4 +1,7 @@
-import { HttpBody, type HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
+import * as HttpBody from "@effect/platform/HttpBody"
+import type * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Duration, Effect, Either, Metric, Option, Schema } from "effect"
 import { providerResponses } from "../observability/metrics.js"
 import { ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"

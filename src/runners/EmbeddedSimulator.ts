@@ -1,5 +1,5 @@
-import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { ConfigProvider, Effect, Layer, Option } from "effect"
 import { createServer } from "node:http"
 import * as S from "../config/Settings.js"

@@ -1,12 +1,10 @@
-import {
-  FetchHttpClient,
-  HttpApiBuilder,
-  HttpApiSwagger,
-  HttpMiddleware,
-  HttpServer,
-  HttpServerResponse
-} from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpApiSwagger from "@effect/platform/HttpApiSwagger"
+import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Layer, Metric, Stream } from "effect"
 import * as Bus from "../bus/NotificationBus.js"
 import { RunnerControls } from "../cluster/RunnerControls.js"

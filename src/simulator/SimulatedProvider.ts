@@ -1,4 +1,4 @@
-import type { HttpRouter } from "@effect/platform"
+import type * as HttpRouter from "@effect/platform/HttpRouter"
 import { Either, ParseResult, Schema } from "effect"
 import type { KeyObject } from "node:crypto"
 import { Webhook } from "standardwebhooks"

@@ -1,11 +1,9 @@
-import {
-  HttpClient,
-  HttpClientRequest,
-  HttpRouter,
-  HttpServer,
-  HttpServerRequest,
-  HttpServerResponse
-} from "@effect/platform"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Clock, Duration, Effect, Either, FiberMap, Option, Ref, Schema } from "effect"
 import { generateKeyPairSync } from "node:crypto"
 import { sha256hex } from "../providers/ProviderAdapter.js"
@@ -353,6 +351,12 @@ export const makeSimulator = (options: SimulatorOptions) =>
       router,
       setFaults: (patch: Partial<FaultConfig>) => Ref.update(faults, (f) => FaultConfig.make({ ...f, ...patch })),
       submissions: (key: string) => submissions.get(key) ?? 0,
+      /**
+       * A job created as an accepted submission under `key` would create it, with no webhook: for a bench that starts
+       * with tasks already in flight (bench:polling). Its provider task id.
+       */
+      seed: (providerName: string, key: string, model: string, outputBase: string) =>
+        Effect.map(create(byName.get(providerName)!, key, model, null, outputBase), (job) => job.id),
       /** When the job `id` (the provider's task id) was queried, in ms, oldest first. */
       queriesOf: (id: string): ReadonlyArray<number> => queried.get(id) ?? [],
       jobs: () => [...jobs.values()],

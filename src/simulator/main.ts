@@ -1,5 +1,5 @@
-import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import { serveSimulator } from "./Simulator.js"

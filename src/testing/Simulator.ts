@@ -1,5 +1,5 @@
-import { FetchHttpClient } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import { Context, type Effect, Layer } from "effect"
 import { createServer } from "node:http"
 import { devSecret } from "../providers/devSecrets.js"

@@ -1,5 +1,5 @@
-import { HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import * as HttpServer from "@effect/platform/HttpServer"
 import { ConfigProvider, Effect, Layer, Logger, LogLevel, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as net from "node:net"

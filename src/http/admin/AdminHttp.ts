@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { ControlPlaneApi } from "../Api.js"
 import { OperatorView } from "./AdminApi.js"

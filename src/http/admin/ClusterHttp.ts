@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { ClusterView } from "../../cluster/ClusterView.js"
 import { storageUnavailable } from "../../persistence/storageUnavailable.js"

@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Option } from "effect"
 import { TaskClient } from "../../entities/TaskClient.js"
 import { InboxAdmin } from "../../intake/InboxAdmin.js"

@@ -1,4 +1,5 @@
-import { HttpApiMiddleware, HttpApiSecurity } from "@effect/platform"
+import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
+import * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { Unauthorized } from "../../schema/errors.js"
 import { TokenSigner } from "../Auth.js"

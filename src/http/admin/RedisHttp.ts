@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect } from "effect"
 import { redisStatus } from "../../redis/RedisStatus.js"
 import { ControlPlaneApi } from "../Api.js"

@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { SqlClient } from "@effect/sql"
 import { DateTime, Effect } from "effect"
 import { OperatorAudit } from "../../persistence/OperatorAudit.js"

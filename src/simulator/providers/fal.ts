@@ -1,4 +1,5 @@
-import { HttpRouter, HttpServerResponse } from "@effect/platform"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import type { QueueStatus, WebHookResponse } from "@fal-ai/client"
 import type { EndpointTypeMap } from "@fal-ai/client/endpoints"
 import { Effect, Either, Schema } from "effect"

@@ -1,4 +1,4 @@
-import { HttpRouter } from "@effect/platform"
+import * as HttpRouter from "@effect/platform/HttpRouter"
 import { Either, Schema } from "effect"
 import type { Video } from "openai/resources/videos"
 import {

@@ -1,4 +1,4 @@
-import { HttpRouter } from "@effect/platform"
+import * as HttpRouter from "@effect/platform/HttpRouter"
 import { Either, Schema } from "effect"
 import type { Prediction } from "replicate"
 import {

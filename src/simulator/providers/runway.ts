@@ -1,4 +1,4 @@
-import { HttpRouter } from "@effect/platform"
+import * as HttpRouter from "@effect/platform/HttpRouter"
 import type { TaskRetrieveResponse } from "@runwayml/sdk/resources/tasks"
 import { Either, Schema } from "effect"
 import {
