@@ -1,5 +1,5 @@
 import { Entity, Sharding } from "@effect/cluster"
-import { Clock, Duration, Effect, Layer, Metric, Option, Queue, Ref } from "effect"
+import { Clock, Effect, Layer, Metric, Option, Ref } from "effect"
 import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
@@ -10,6 +10,7 @@ import type { TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { newTraceId } from "../tracing/TraceId.js"
+import { makeChangeSignal } from "./changeSignal.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { countObservation, countUnknownSubmitBound, recordLateResult } from "./observationMetrics.js"
 import { plainWakesSkipped } from "./ParkedTasks.js"
@@ -37,7 +38,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         // the lifecycle fiber and the Rpc handlers both commit: one decision at a time, so neither loses a CAS to
         // the other, and the lifecycle wakes when a handler moved the task
         const decisions = yield* Effect.makeSemaphore(1)
-        const changed = yield* Queue.sliding<void>(1)
+        const changed = makeChangeSignal()
         // Memory is a cache of PostgreSQL: filled at start, replaced by what each commit wrote, dropped on CAS loss.
         const cache = yield* Ref.make(yield* store.load(taskId).pipe(Effect.orElseSucceed(() => Option.none())))
 
@@ -90,7 +91,9 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         )
         const apply = (decide: (state: TaskState, now: Date) => Outcome) =>
           decisions.withPermits(1)(applyOnce(decide)).pipe(
-            Effect.tap((res) => (res.outcome === "changed" ? Queue.offer(changed, undefined) : Effect.void))
+            Effect.tap((res) => {
+              if (res.outcome === "changed") changed.notify()
+            })
           )
 
         const observe = (observation: ProviderObservation) =>
@@ -126,8 +129,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           current,
           apply,
           observe,
-          waitForChange: (ms) =>
-            Effect.ignore(Effect.timeout(Queue.take(changed), Duration.millis(Math.min(ms, 2 ** 31 - 1)))),
+          waitForChange: changed.wait,
           scheduleMemo: null,
           failed: () => ++failures,
           failures: () => failures,
@@ -138,7 +140,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           granted: false,
           settle: lifecycleLock.withPermits(1)(
             Effect.gen(function*() {
-              if (Option.isSome(yield* Queue.poll(changed))) return false
+              if (changed.take()) return false
               // idle: the keep-alive is answered, so the cluster stops the entity after TASK_ENTITY_IDLE_TIME
               yield* Entity.keepAlive(false)
               run.settled = true
@@ -221,7 +223,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
                 // the poll schedule is in PostgreSQL now: the loop reads it again, at once
                 handle.scheduleMemo = null
               })),
-              Effect.zipRight(Queue.offer(changed, undefined)),
+              Effect.zipRight(Effect.sync(changed.notify)),
               Effect.zipRight(startLifecycle),
               Effect.asVoid,
               Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
