@@ -152,6 +152,25 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
             )
           )
         }
+        /**
+         * The lifecycle was interrupted while this runner still holds the task's shard, so neither a shard move nor a
+         * stop (both let the shard go before they stop its entities): the cluster's EntityReaper stopped the entity. It
+         * stops any entity TASK_ENTITY_IDLE_TIME after its last message unless the entity's keep-alive has reached it,
+         * whatever fiber the entity runs. Then nothing would wake the task: its parked entry went when it started, no
+         * look sees its shard change, and the sweeper waits SWEEP_GRACE + QUOTA_MAX_WAIT. So it is parked, as an idle
+         * task is, due at its next poll: this runner wakes it with a Start. Measured (cluster-drain.test.ts, two
+         * runners on 2 cores): ~10 s after a drain, the new owner's reaper stopped 94 of the 101 entities it had woken,
+         * between two polls, their shards still there; no keep-alive had reached them (those it had reached lived on).
+         */
+        const parkIfStillHere = Effect.gen(function*() {
+          if (!sharding.hasShardId(address.shardId)) return
+          const state = yield* Effect.option(current)
+          if (Option.isNone(state) || state.value.attempt === null || !isActive(state.value.task.status)) return
+          const { attempt, task } = state.value
+          const memo = handle.scheduleMemo
+          const dueAt = memo?.attemptId === attempt.id ? memo.nextPollAt : yield* Clock.currentTimeMillis
+          lifecycle.parked.park(taskId, { dueAt, scope: { provider: attempt.provider, tenantId: task.tenantId } })
+        })
         // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
         // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again. An
         // operator's resolution can make a task in manual_review active again: the lifecycle then starts once more.
@@ -175,7 +194,9 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
               yield* lifecycle.drive(handle)
               if (!thisRun.settled) yield* Entity.keepAlive(false)
             }).pipe(
-              // interrupted (the shard moves): the keep-alive stays unanswered, so the next owner resumes the task
+              // interrupted (the shard moves): the keep-alive stays unanswered, so the next owner resumes the task;
+              // interrupted with the shard still here (the reaper): parked here
+              Effect.onInterrupt(() => parkIfStillHere),
               Effect.ensuring(Effect.sync(() => {
                 if (!thisRun.settled) driving = false
               })),

@@ -1,0 +1,132 @@
+import {
+  Entity,
+  EntityId,
+  MessageStorage,
+  RunnerHealth,
+  Runners,
+  RunnerStorage,
+  Sharding,
+  ShardingConfig
+} from "@effect/cluster"
+import { describe, expect, it } from "@effect/vitest"
+import { Clock, Context, Duration, Effect, Layer, Option, TestClock } from "effect"
+import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
+import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
+import { TaskClient } from "../../src/entities/TaskClient.js"
+import { TaskLifecycle } from "../../src/entities/TaskLifecycle.js"
+import { wakeTask } from "../../src/entities/wakeTasks.js"
+import { LateResults } from "../../src/persistence/LateResults.js"
+import { TaskStore } from "../../src/persistence/TaskStore.js"
+import { ids, makeAttempt, makeTask } from "../support/fixtures.js"
+
+const POLL_EVERY = 2_000
+
+/**
+ * The runner's message storage, except that it never hands an entity its keep-alive: as on a runner that has just
+ * taken a drained runner's shards, where ~10 s later no keep-alive had reached 94 of the 101 entities it had woken
+ * (cluster-drain.test.ts). The cluster's EntityReaper then stops such an entity TASK_ENTITY_IDLE_TIME (5 s) after its
+ * last message, whatever its lifecycle is doing.
+ */
+const storageWithoutKeepAlives = Layer.effect(
+  MessageStorage.MessageStorage,
+  Effect.map(MessageStorage.MessageStorage, (inner) =>
+    MessageStorage.MessageStorage.of({
+      ...inner,
+      unprocessedMessages: (shardIds) =>
+        Effect.map(inner.unprocessedMessages(shardIds), (messages) =>
+          messages.filter((m) =>
+            !(m._tag === "IncomingRequest" && m.envelope.tag === Entity.KeepAliveRpc._tag)
+          ))
+    }))
+).pipe(Layer.provide(MessageStorage.layerMemory))
+
+/** One runner holding every shard (@effect/cluster's TestRunner, on the storage above). */
+const cluster = Sharding.layer.pipe(
+  Layer.provideMerge(Runners.layerNoop),
+  Layer.provideMerge(storageWithoutKeepAlives),
+  Layer.provide([RunnerStorage.layerMemory, RunnerHealth.layerNoop]),
+  Layer.provide(ShardingConfig.layer())
+)
+
+/**
+ * A running task polled every POLL_EVERY by a stand-in lifecycle (the entity's real build around it), and the
+ * runner's wake-up of parked tasks as ResumeOnAcquire.ts runs it.
+ */
+const setup = Effect.gen(function*() {
+  const polls: Array<number> = []
+  let builds = 0
+  const state = {
+    task: makeTask({ status: "running", stage: "generating" }),
+    attempt: makeAttempt({ submitState: "RUNNING" })
+  }
+  const store = Layer.succeed(
+    TaskStore,
+    TaskStore.make({
+      load: () => Effect.sync(() => (builds++, Option.some(state))),
+      fence: () => ({ epoch: 1 })
+    } as never)
+  )
+  const parked = makeParkedTasks()
+  const lifecycle = Layer.succeed(
+    TaskLifecycle,
+    TaskLifecycle.make({
+      drive: (h) =>
+        Effect.gen(function*() {
+          while (true) {
+            const now = yield* Clock.currentTimeMillis
+            const due = h.scheduleMemo?.nextPollAt ?? now
+            if (due > now) {
+              yield* h.waitForChange(due - now)
+              continue
+            }
+            polls.push(now)
+            h.scheduleMemo = { attemptId: ids.attempt, nextPollAt: now + POLL_EVERY, failures: 0 }
+          }
+        }),
+      recheck: () => Effect.void,
+      parked,
+      wakeParked: (wake, stillHere) =>
+        parked.run({
+          tick: Duration.millis(200),
+          lead: Duration.seconds(1),
+          acquire: () => Effect.void,
+          wake,
+          stillHere
+        })
+    })
+  )
+  const entities = GenerationTaskLive.pipe(
+    Layer.provide(Layer.mergeAll(store, lifecycle, Layer.succeed(LateResults, LateResults.make({} as never))))
+  )
+  const context = yield* Layer.build(
+    Layer.mergeAll(entities, TaskClient.Default, lifecycle).pipe(Layer.provideMerge(cluster))
+  )
+  const tasks = Context.get(context, TaskClient)
+  const sharding = Context.get(context, Sharding.Sharding)
+  yield* Context.get(context, TaskLifecycle).wakeParked(
+    (id) => wakeTask(tasks, id, "idle-wake", true),
+    (id) => sharding.hasShardId(sharding.getShardId(EntityId.make(id), "default"))
+  ).pipe(Effect.forkScoped)
+  return { polls, builds: () => builds, start: wakeTask(tasks, ids.task, "test") }
+})
+
+/** Moves the TestClock on in small steps, so that the cluster's fibers and the lifecycle run as time passes. */
+const advance = (ms: number) => Effect.repeatN(TestClock.adjust(Duration.millis(100)), Math.ceil(ms / 100) - 1)
+
+describe("a task whose entity the cluster stops while its lifecycle runs", () => {
+  it.scoped("is woken again on its runner at its next poll, and keeps polling", () =>
+    Effect.gen(function*() {
+      const { builds, polls, start } = yield* setup
+      const started = yield* Effect.fork(start)
+      yield* advance(1_000)
+      expect(started.unsafePoll()).toBeDefined()
+      yield* advance(40_000)
+
+      // every poll came on time, though the entity was stopped several times (no keep-alive reached it): none later
+      // than its interval after the one before, for the whole 40 s
+      const gaps = polls.slice(1).map((at, i) => at - polls[i]!)
+      expect(polls.length).toBeGreaterThanOrEqual(18)
+      expect(Math.max(...gaps)).toBeLessThanOrEqual(POLL_EVERY + 200)
+      expect(builds()).toBeGreaterThanOrEqual(3)
+    }))
+})
