@@ -1,16 +1,55 @@
-import { Effect } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber } from "effect"
+
+/** The live clock's `sleep` (every live Clock shares its class's): its timers are Node's own. */
+const wallClockSleep = Clock.make().sleep
 
 /**
  * A task entity's "the task changed" flag, and its lifecycle's wait for it: a wait ends at a change or after `ms`,
  * whichever comes first; a change with nobody waiting is kept for the next wait or `take`. One waiter at a time (the
- * lifecycle fiber), and no fiber of its own: it replaced `Effect.timeout(Queue.take(queue))`, which races two forked
- * fibers per wait. Measured with 10,000 sleeping loops (heap after a full GC): 17.5 KiB each with the timeout and a
- * sliding queue, 4.2 KiB with this. The timer is the wall clock's (setTimeout), not Effect's Clock: no test drives a
- * task entity on the TestClock.
+ * lifecycle fiber). On the live clock a wait is one timer and no fiber: it replaced `Effect.timeout(Queue.take(q))`,
+ * which races two forked fibers per wait. Measured with 10,000 sleeping loops (heap after a full GC): 17.5 KiB each
+ * with the timeout and a sliding queue, 4.2 KiB with this. On another Clock (the TestClock) the timer is a forked
+ * sleep of that clock (12 KiB), so tests move the entity's time as they move everything else.
  */
 export const makeChangeSignal = () => {
   let pending = false
   let waiter: (() => void) | null = null
+
+  const onWallClock = (ms: number) =>
+    Effect.async<void>((resume) => {
+      const done = () => {
+        clearTimeout(timer)
+        waiter = null
+        resume(Effect.void)
+      }
+      const timer = setTimeout(done, ms)
+      waiter = done
+      return Effect.sync(() => {
+        clearTimeout(timer)
+        if (waiter === done) waiter = null
+      })
+    })
+
+  const onClock = (clock: Clock.Clock, ms: number) =>
+    Effect.gen(function*() {
+      const woken = yield* Deferred.make<void>()
+      const done = () => {
+        waiter = null
+        Deferred.unsafeDone(woken, Effect.void)
+      }
+      waiter = done
+      const sleeper = yield* Effect.forkDaemon(Effect.zipRight(clock.sleep(Duration.millis(ms)), Effect.sync(done)))
+      yield* Effect.ensuring(
+        Deferred.await(woken),
+        Effect.zipRight(
+          Fiber.interrupt(sleeper),
+          Effect.sync(() => {
+            if (waiter === done) waiter = null
+          })
+        )
+      )
+    })
+
   return {
     /** The task changed: ends the wait under way, or is kept for the next one. */
     notify: () => {
@@ -25,22 +64,15 @@ export const makeChangeSignal = () => {
     },
     /** Waits up to `ms`, or less when the task changes (at once if a change is kept). */
     wait: (ms: number) =>
-      Effect.async<void>((resume) => {
+      Effect.suspend(() => {
         if (pending) {
           pending = false
-          return resume(Effect.void)
+          return Effect.void
         }
-        const done = () => {
-          clearTimeout(timer)
-          waiter = null
-          resume(Effect.void)
-        }
-        const timer = setTimeout(done, Math.max(0, Math.min(ms, 2 ** 31 - 1)))
-        waiter = done
-        return Effect.sync(() => {
-          clearTimeout(timer)
-          if (waiter === done) waiter = null
-        })
+        const bounded = Math.max(0, Math.min(ms, 2 ** 31 - 1))
+        return Effect.clockWith((clock) =>
+          clock.sleep === wallClockSleep ? onWallClock(bounded) : onClock(clock, bounded)
+        )
       })
   } as const
 }
