@@ -221,8 +221,14 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         const n = target - Math.round((TASKS * (b - 1)) / BATCHES)
         if (ADMIT === "seed") await seed(db, sim, simUrl, project, tenant, n)
         else await admit(db, project, tenant, n)
-        // seeded: in flight once every task has been polled or parked by the runner (none left overdue by minutes)
-        while (ADMIT === "seed" ? (await untouched(db)) > 0 : (await inFlight(db)) < target) {
+        // seeded: in flight once the runner has every task in hand, polled or held (an entity, or parked in the
+        // quota's line: a line longer than the quota lets through would take minutes to poll each once)
+        const inHand = async () =>
+          (await untouched(db)) === 0 ||
+          (await gauge(started.httpPort, "effect_cluster_entities")) +
+                (await gauge(started.httpPort, "tasks_parked")) >=
+            target
+        while (ADMIT === "seed" ? !(await inHand()) : (await inFlight(db)) < target) {
           if (Date.now() - batchStart > SUBMIT_TIMEOUT_S * 1000) {
             throw new Error(`only ${await inFlight(db)} of ${target} submitted`)
           }

@@ -17,15 +17,60 @@ export const SweeperSettings = S.area("Sweeper", "waking tasks whose due work no
   batch: S.integer("SWEEP_BATCH", "tasks woken per sweep", 500, { min: 1 })
 })
 
+/** A due task and its place in the sweeper's order (its own step before polls, then by due time and id). */
+export interface DueRow {
+  readonly id: string
+  readonly own: boolean
+  /** the due time as PostgreSQL wrote it (microseconds: a Date would round them off) */
+  readonly due_at: string
+}
+
+/**
+ * One page of the tasks due for a wake, in the sweeper's order, after `from` (null: from the first): a task's own
+ * steps before polls, then by due time and id.
+ */
+export const duePage = (
+  sql: SqlClient.SqlClient,
+  { batch, graceSeconds, pollGraceSeconds }: {
+    readonly batch: number
+    readonly graceSeconds: number
+    readonly pollGraceSeconds: number
+  }
+) =>
+(from: DueRow | null) =>
+  sql<DueRow>`
+        SELECT id, own, due_at FROM (
+          SELECT t.id, t.updated_at, a.next_poll_at, a.poll_lease_until,
+            NOT (a.next_poll_at IS NOT NULL AND a.submit_state IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')) AS own,
+            COALESCE(a.next_poll_at, t.updated_at) AS due,
+            COALESCE(a.next_poll_at, t.updated_at)::text AS due_at
+          FROM generation_tasks t
+          JOIN task_attempts a ON a.id = t.current_attempt_id
+          WHERE t.terminal_at IS NULL AND t.status <> 'manual_review'
+        ) d
+        WHERE (poll_lease_until IS NULL OR poll_lease_until < now())
+          AND CASE
+            WHEN own THEN updated_at < now() - make_interval(secs => ${graceSeconds})
+            ELSE next_poll_at < now() - make_interval(secs => ${pollGraceSeconds})
+          END
+          ${
+    from === null
+      ? sql``
+      : sql`AND (NOT own, due, id) > (${!from.own}::boolean, ${from.due_at}::timestamptz, ${from.id}::uuid)`
+  }
+        ORDER BY NOT own, due, id
+        LIMIT ${batch}`
+
 /**
  * A cluster singleton that wakes tasks whose due work nobody is doing (seed 12.8.5): an attempt whose poll is
  * overdue with no poll lease held, or a task stuck in a step of its own (submission, output) for longer than
  * SWEEP_GRACE. Their entity was evicted, lost its runner, or never got its Start; waking it restarts its
  * lifecycle from PostgreSQL. So no task depends on staying in memory.
- * Steps of a task's own (a submission, an output) come first in a batch, overdue polls after them: under a provider
- * quota that cannot keep up, polls are late by design, and ordered by due time alone they filled every batch while
- * queued tasks waited (bench:polling: 8.5 submissions/s at 7,500 tasks). A late poll whose runner holds it parked,
- * in the quota's line, is not disturbed by the Start (GenerationTaskLive, ParkedTasks.holds).
+ * Steps of a task's own (a submission, an output) come first, overdue polls after them, and each sweep goes on where
+ * the last one stopped (SWEEP_BATCH at a time, round and round). Under a provider quota that cannot keep up, polls
+ * are late by design: the same earliest SWEEP_BATCH tasks, waiting in the quota's line and left there by the Start
+ * (GenerationTaskLive, ParkedTasks.holds), filled every batch, and no sweep reached the tasks behind them
+ * (bench:polling, 10,000 tasks at 100 queries/s).
  */
 export const SweeperLive = Singleton.make(
   "TaskSweeper",
@@ -38,22 +83,13 @@ export const SweeperLive = Singleton.make(
     const { maxWait: quotaWait } = yield* QuotaSettings.config
     const pollGraceSeconds = graceSeconds + Duration.toSeconds(quotaWait)
 
-    const due = sql<{ id: string }>`
-      SELECT t.id FROM generation_tasks t
-      JOIN task_attempts a ON a.id = t.current_attempt_id
-      WHERE t.terminal_at IS NULL AND t.status <> 'manual_review'
-        AND (a.poll_lease_until IS NULL OR a.poll_lease_until < now())
-        AND CASE
-          WHEN a.next_poll_at IS NOT NULL AND a.submit_state IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN')
-            THEN a.next_poll_at < now() - make_interval(secs => ${pollGraceSeconds})
-          ELSE t.updated_at < now() - make_interval(secs => ${graceSeconds})
-        END
-      ORDER BY a.next_poll_at IS NOT NULL AND a.submit_state IN ('SUBMITTED', 'RUNNING', 'SUBMIT_UNKNOWN'),
-        COALESCE(a.next_poll_at, t.updated_at)
-      LIMIT ${batch}`
-
+    const due = duePage(sql, { batch, graceSeconds, pollGraceSeconds })
+    /** Where the last sweep stopped in the due tasks' order: the next one goes on from there, to the end and round. */
+    let after: DueRow | null = null
     const sweep = Effect.gen(function*() {
-      const rows = yield* due
+      const rows = yield* due(after)
+      // a short page is the end of the due tasks: the next sweep starts from the first again
+      after = rows.length < batch ? null : rows[rows.length - 1]!
       if (rows.length > 0) {
         yield* Effect.logInfo("sweeper waking tasks with overdue work").pipe(
           Effect.annotateLogs({ count: rows.length })
