@@ -187,9 +187,10 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
               return lifecycle.parked.unpark(taskId)
             }
             driving = true
-            lifecycle.parked.unpark(taskId)
             const thisRun = (run = { settled: false })
             yield* Entity.keepAlive(true)
+            // after the keep-alive's write: a build interrupted while it waits leaves the task parked, not lost
+            lifecycle.parked.unpark(taskId)
             yield* Effect.gen(function*() {
               yield* lifecycle.drive(handle)
               if (!thisRun.settled) yield* Entity.keepAlive(false)

@@ -9,7 +9,7 @@ import {
   ShardingConfig
 } from "@effect/cluster"
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, Context, Duration, Effect, Layer, Option, TestClock } from "effect"
+import { Clock, Context, Duration, Effect, Fiber, Layer, Option, TestClock } from "effect"
 import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
 import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
@@ -52,63 +52,65 @@ const cluster = Sharding.layer.pipe(
  * A running task polled every POLL_EVERY by a stand-in lifecycle (the entity's real build around it), and the
  * runner's wake-up of parked tasks as ResumeOnAcquire.ts runs it.
  */
-const setup = Effect.gen(function*() {
-  const polls: Array<number> = []
-  let builds = 0
-  const state = {
-    task: makeTask({ status: "running", stage: "generating" }),
-    attempt: makeAttempt({ submitState: "RUNNING" })
-  }
-  const store = Layer.succeed(
-    TaskStore,
-    TaskStore.make({
-      load: () => Effect.sync(() => (builds++, Option.some(state))),
-      fence: () => ({ epoch: 1 })
-    } as never)
-  )
-  const parked = makeParkedTasks()
-  const lifecycle = Layer.succeed(
-    TaskLifecycle,
-    TaskLifecycle.make({
-      drive: (h) =>
-        Effect.gen(function*() {
-          while (true) {
-            const now = yield* Clock.currentTimeMillis
-            const due = h.scheduleMemo?.nextPollAt ?? now
-            if (due > now) {
-              yield* h.waitForChange(due - now)
-              continue
+const setup = (options: { readonly loadMs?: number } = {}) =>
+  Effect.gen(function*() {
+    const polls: Array<number> = []
+    let builds = 0
+    const state = {
+      task: makeTask({ status: "running", stage: "generating" }),
+      attempt: makeAttempt({ submitState: "RUNNING" })
+    }
+    const store = Layer.succeed(
+      TaskStore,
+      TaskStore.make({
+        load: () =>
+          Effect.delay(Effect.sync(() => (builds++, Option.some(state))), Duration.millis(options.loadMs ?? 0)),
+        fence: () => ({ epoch: 1 })
+      } as never)
+    )
+    const parked = makeParkedTasks()
+    const lifecycle = Layer.succeed(
+      TaskLifecycle,
+      TaskLifecycle.make({
+        drive: (h) =>
+          Effect.gen(function*() {
+            while (true) {
+              const now = yield* Clock.currentTimeMillis
+              const due = h.scheduleMemo?.nextPollAt ?? now
+              if (due > now) {
+                yield* h.waitForChange(due - now)
+                continue
+              }
+              polls.push(now)
+              h.scheduleMemo = { attemptId: ids.attempt, nextPollAt: now + POLL_EVERY, failures: 0 }
             }
-            polls.push(now)
-            h.scheduleMemo = { attemptId: ids.attempt, nextPollAt: now + POLL_EVERY, failures: 0 }
-          }
-        }),
-      recheck: () => Effect.void,
-      parked,
-      wakeParked: (wake, stillHere) =>
-        parked.run({
-          tick: Duration.millis(200),
-          lead: Duration.seconds(1),
-          acquire: () => Effect.void,
-          wake,
-          stillHere
-        })
-    })
-  )
-  const entities = GenerationTaskLive.pipe(
-    Layer.provide(Layer.mergeAll(store, lifecycle, Layer.succeed(LateResults, LateResults.make({} as never))))
-  )
-  const context = yield* Layer.build(
-    Layer.mergeAll(entities, TaskClient.Default, lifecycle).pipe(Layer.provideMerge(cluster))
-  )
-  const tasks = Context.get(context, TaskClient)
-  const sharding = Context.get(context, Sharding.Sharding)
-  yield* Context.get(context, TaskLifecycle).wakeParked(
-    (id) => wakeTask(tasks, id, "idle-wake", true),
-    (id) => sharding.hasShardId(sharding.getShardId(EntityId.make(id), "default"))
-  ).pipe(Effect.forkScoped)
-  return { polls, builds: () => builds, start: wakeTask(tasks, ids.task, "test") }
-})
+          }),
+        recheck: () => Effect.void,
+        parked,
+        wakeParked: (wake, stillHere) =>
+          parked.run({
+            tick: Duration.millis(200),
+            lead: Duration.seconds(1),
+            acquire: () => Effect.void,
+            wake,
+            stillHere
+          })
+      })
+    )
+    const entities = GenerationTaskLive.pipe(
+      Layer.provide(Layer.mergeAll(store, lifecycle, Layer.succeed(LateResults, LateResults.make({} as never))))
+    )
+    const context = yield* Layer.build(
+      Layer.mergeAll(entities, TaskClient.Default, lifecycle).pipe(Layer.provideMerge(cluster))
+    )
+    const tasks = Context.get(context, TaskClient)
+    const sharding = Context.get(context, Sharding.Sharding)
+    yield* Context.get(context, TaskLifecycle).wakeParked(
+      (id) => wakeTask(tasks, id, "idle-wake", true),
+      (id) => sharding.hasShardId(sharding.getShardId(EntityId.make(id), "default"))
+    ).pipe(Effect.forkScoped)
+    return { polls, builds: () => builds, start: wakeTask(tasks, ids.task, "test") }
+  })
 
 /** Moves the TestClock on in small steps, so that the cluster's fibers and the lifecycle run as time passes. */
 const advance = (ms: number) => Effect.repeatN(TestClock.adjust(Duration.millis(100)), Math.ceil(ms / 100) - 1)
@@ -116,7 +118,7 @@ const advance = (ms: number) => Effect.repeatN(TestClock.adjust(Duration.millis(
 describe("a task whose entity the cluster stops while its lifecycle runs", () => {
   it.scoped("is woken again on its runner at its next poll, and keeps polling", () =>
     Effect.gen(function*() {
-      const { builds, polls, start } = yield* setup
+      const { builds, polls, start } = yield* setup()
       const started = yield* Effect.fork(start)
       yield* advance(1_000)
       expect(started.unsafePoll()).toBeDefined()
@@ -128,5 +130,18 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       expect(polls.length).toBeGreaterThanOrEqual(18)
       expect(Math.max(...gaps)).toBeLessThanOrEqual(POLL_EVERY + 200)
       expect(builds()).toBeGreaterThanOrEqual(3)
+    }))
+
+  it.scoped("a wake that stops waiting for the entity does not cut its build in half", () =>
+    Effect.gen(function*() {
+      // the entity's build takes 8 s (its first read waits for a pooled connection on a loaded runner, say)
+      const { polls, start } = yield* setup({ loadMs: 8_000 })
+      const woke = yield* Effect.fork(start)
+      yield* advance(6_000)
+      // the wake gave up waiting after 5 s (the sweeper or the runner tries again) ...
+      expect(yield* Fiber.join(woke)).toBe(false)
+      yield* advance(6_000)
+      // ... and the build went on: the lifecycle drives the task (an interrupted build left neither entity nor poll)
+      expect(polls.length).toBeGreaterThan(0)
     }))
 })
