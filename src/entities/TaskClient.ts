@@ -1,4 +1,4 @@
-import { Cause, Duration, Effect, Schedule } from "effect"
+import { Cause, Duration, Effect, Fiber, Schedule } from "effect"
 import { backoffSchedule } from "../domain/backoff.js"
 import { TaskUnavailable } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
@@ -26,7 +26,30 @@ export class TaskClient extends Effect.Service<TaskClient>()("TaskClient", {
         Effect.mapError((e) => e as Exclude<E, { readonly _tag: TransportTag }> | TaskUnavailable)
       )
 
-    return { send } as const
+    /**
+     * `send`, waited for at most `within` (then TimeoutException); the message itself runs on to its end, a minute at
+     * most, in a fiber of its own. @effect/cluster builds an entity in the fiber of its first message's sender: a
+     * sender interrupted mid-build (a timeout on a loaded runner, while the entity's keep-alive write waited for a
+     * pooled connection) left a half-built entity whose scope is never closed, and a task neither parked nor driven.
+     */
+    const sendWithin = <A, E>(
+      taskId: TaskId,
+      f: (client: ReturnType<typeof makeClient>) => Effect.Effect<A, E>,
+      within: Duration.DurationInput
+    ) =>
+      Effect.flatMap(
+        Effect.forkDaemon(
+          send(taskId, f).pipe(
+            Effect.timeoutFail({
+              duration: Duration.minutes(1),
+              onTimeout: () => new TaskUnavailable({ message: "no answer within a minute" })
+            })
+          )
+        ),
+        (delivery) => Effect.timeout(Fiber.join(delivery), within)
+      )
+
+    return { send, sendWithin } as const
   })
 }) {}
 

@@ -84,8 +84,7 @@ export const TasksHttpLive = HttpApiBuilder.group(ControlPlaneApi, "tasks", (han
           })
           if (created) {
             // The task is committed; waking its entity is best effort (the sweeper re-drives lost starts).
-            yield* tasks.send(task.id, (c) => c.Start({ traceId })).pipe(
-              Effect.timeout("2 seconds"),
+            yield* tasks.sendWithin(task.id, (c) => c.Start({ traceId }), "2 seconds").pipe(
               Effect.tapError((e) => Effect.logWarning("task start deferred to the sweeper", e)),
               Effect.ignore
             )

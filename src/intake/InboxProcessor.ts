@@ -204,14 +204,20 @@ export const InboxProcessorLive = Layer.scopedDiscard(Effect.gen(function*() {
         traceId
       }, trusted)
       const taskId = attempt.task_id as TaskId
-      const recheck = tasks.send(taskId, (c) =>
-        c.Recheck({ attemptId: observation.attemptId, traceId: observation.traceId }))
-      const sent = yield* tasks.send(taskId, (c) =>
-        c.Observe(observation)).pipe(
-          Effect.zipLeft(claim ? recheck : Effect.void),
-          Effect.timeoutFail({ duration: sendTimeout, onTimeout: () => ({ _tag: "Timeout" as const }) }),
-          Effect.either
-        )
+      const sent = yield* tasks.sendWithin(
+        taskId,
+        (c) =>
+          claim
+            ? Effect.zipLeft(
+              c.Observe(observation),
+              c.Recheck({ attemptId: observation.attemptId, traceId: observation.traceId })
+            )
+            : c.Observe(observation),
+        sendTimeout
+      ).pipe(
+        Effect.catchTag("TimeoutException", () => Effect.fail({ _tag: "Timeout" as const })),
+        Effect.either
+      )
       if (Either.isRight(sent)) return yield* markProcessed(row.id)
       if (sent.left._tag === "TaskNotFound") return yield* markDead(row.id, "task_not_found", attempt.task_id)
       if (sent.left._tag === "WriteFenced") {
