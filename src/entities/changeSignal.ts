@@ -7,9 +7,10 @@ const wallClockSleep = Clock.make().sleep
  * A task entity's "the task changed" flag, and its lifecycle's wait for it: a wait ends at a change or after `ms`,
  * whichever comes first; a change with nobody waiting is kept for the next wait or `take`. One waiter at a time (the
  * lifecycle fiber). On the live clock a wait is one timer and no fiber: it replaced `Effect.timeout(Queue.take(q))`,
- * which races two forked fibers per wait. Measured with 10,000 sleeping loops (heap after a full GC): 17.5 KiB each
- * with the timeout and a sliding queue, 4.2 KiB with this. On another Clock (the TestClock) the timer is a forked
- * sleep of that clock (12 KiB), so tests move the entity's time as they move everything else.
+ * which races two forked fibers per wait. `npm run bench:waits` (10,000 sleeping loops, heap after a full GC): 16.1
+ * KiB each with the timeout and a sliding queue, 4.8 KiB with this (a bare sleep: 4.5). On another Clock (the
+ * TestClock) the timer is a forked sleep of that clock (11.3 KiB), so tests move the entity's time as they move
+ * everything else.
  */
 export const makeChangeSignal = () => {
   let pending = false
