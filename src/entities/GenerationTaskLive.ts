@@ -177,35 +177,34 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         // A task that goes idle (its next poll is far: TaskLifecycle.ts) answers its keep-alive and ends its lifecycle;
         // the runner's ParkedTasks wakes it with a Start, a webhook or a cancel with their message.
         const scope = yield* Effect.scope
-        const startLifecycle = lifecycleLock.withPermits(1)(
-          Effect.gen(function*() {
-            // a finished task (read, or sent a late duplicate) costs no keep-alive write
-            const loaded = yield* Ref.get(cache)
-            if (driving) return
-            if (Option.isSome(loaded) && !isActive(loaded.value.task.status)) {
-              // a parked task finished by a webhook: its wake would only spend a quota slot
-              return lifecycle.parked.unpark(taskId)
-            }
-            driving = true
-            const thisRun = (run = { settled: false })
-            yield* Entity.keepAlive(true)
-            // after the keep-alive's write: a build interrupted while it waits leaves the task parked, not lost
-            lifecycle.parked.unpark(taskId)
-            yield* Effect.gen(function*() {
-              yield* lifecycle.drive(handle)
-              if (!thisRun.settled) yield* Entity.keepAlive(false)
-            }).pipe(
-              // interrupted (the shard moves): the keep-alive stays unanswered, so the next owner resumes the task;
-              // interrupted with the shard still here (the reaper): parked here
-              Effect.onInterrupt(() => parkIfStillHere),
-              Effect.ensuring(Effect.sync(() => {
-                if (!thisRun.settled) driving = false
-              })),
-              Effect.provideService(Entity.CurrentAddress, address),
-              Effect.forkIn(scope)
-            )
-          }).pipe(Effect.provideService(Entity.CurrentAddress, address))
-        )
+        const startLifecycleLocked = Effect.gen(function*() {
+          // a finished task (read, or sent a late duplicate) costs no keep-alive write
+          const loaded = yield* Ref.get(cache)
+          if (driving) return
+          if (Option.isSome(loaded) && !isActive(loaded.value.task.status)) {
+            // a parked task finished by a webhook: its wake would only spend a quota slot
+            return lifecycle.parked.unpark(taskId)
+          }
+          driving = true
+          const thisRun = (run = { settled: false })
+          yield* Entity.keepAlive(true)
+          // after the keep-alive's write: a build interrupted while it waits leaves the task parked, not lost
+          lifecycle.parked.unpark(taskId)
+          yield* Effect.gen(function*() {
+            yield* lifecycle.drive(handle)
+            if (!thisRun.settled) yield* Entity.keepAlive(false)
+          }).pipe(
+            // interrupted (the shard moves): the keep-alive stays unanswered, so the next owner resumes the task;
+            // interrupted with the shard still here (the reaper): parked here
+            Effect.onInterrupt(() => parkIfStillHere),
+            Effect.ensuring(Effect.sync(() => {
+              if (!thisRun.settled) driving = false
+            })),
+            Effect.provideService(Entity.CurrentAddress, address),
+            Effect.forkIn(scope)
+          )
+        }).pipe(Effect.provideService(Entity.CurrentAddress, address))
+        const startLifecycle = lifecycleLock.withPermits(1)(startLifecycleLocked)
         /**
          * A Start without a quota slot (the sweeper's, a resume), or any first message: the lifecycle starts unless
          * this runner holds the task parked (ParkedTasks.holds), whose own wake brings the slot. The entity then
@@ -221,9 +220,13 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
          * After a handler changed the task: a lifecycle that went idle starts again (a running one already woke up).
          * Only an idle one: a lifecycle that ended otherwise (a terminal task, or none to drive) is not restarted by
          * every change, which cost a persisted keep-alive per transition (bench:transitions 278/s against ~550/s).
+         * Looked at under the lifecycle's lock: a lifecycle settling holds it across its keep-alive write, and a change
+         * seen in that window as "not settled yet" was never acted on (a cancel waited for the next poll: idle-tasks).
          */
         const wakeOnChange = (res: CommandResult) =>
-          res.outcome === "changed" && run.settled ? startLifecycle : Effect.void
+          res.outcome === "changed"
+            ? lifecycleLock.withPermits(1)(Effect.suspend(() => (run.settled ? startLifecycleLocked : Effect.void)))
+            : Effect.void
 
         return {
           Start: ({ payload }) =>
