@@ -26,13 +26,14 @@ describe("a task entity's change signal", () => {
   it.live("on the live clock (a timer, no fiber): woken by a change, else after its time", () =>
     Effect.gen(function*() {
       const signal = makeChangeSignal()
+      // the waiter registers as soon as its fiber runs: a yield, no wall-clock sleep (a change before it is kept)
       const woken = yield* Effect.fork(signal.wait(60_000))
-      yield* Effect.sleep(Duration.millis(20))
+      yield* Effect.yieldNow()
       signal.notify()
       yield* Fiber.join(woken)
       yield* signal.wait(10)
       const interrupted = yield* Effect.fork(signal.wait(60_000))
-      yield* Effect.sleep(Duration.millis(10))
+      yield* Effect.yieldNow()
       yield* Fiber.interrupt(interrupted)
       // the interrupted wait left no waiter behind: the next change is kept
       signal.notify()
