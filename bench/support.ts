@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import * as net from "node:net"
+import { buildDist, RUNNER_PROGRAM } from "../scripts/build.mjs"
 
 /** What the benchmark programs share: ports, a runner process, percentiles. */
 
@@ -91,6 +92,9 @@ export const healthLine = (summaries: ReadonlyArray<ReturnType<RunnerHealth["sto
     (h.shardLockLosses > 0 ? "  <-- FAILOVER" : "")
   ).join("\n")
 
+/** `npm start`'s program runs as in production: built (scripts/build.mjs), once per bench or drill. */
+let built: Promise<unknown> | undefined
+
 /**
  * `npm start`'s program as a child process on free ports with the given environment (and node flags); resolves
  * once its HTTP API answers, with a RunnerHealth watching it (stop it before the summary).
@@ -108,7 +112,8 @@ export const startRunnerProcess = async (
     ? [await freePort(), await freePort()]
     : [options.ports.http, options.ports.runner]
   const output = options.output ?? "inherit"
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--import", "tsx", "src/runners/main.ts"], {
+  await (built ??= buildDist())
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), RUNNER_PROGRAM], {
     env: {
       ...process.env,
       HTTP_PORT: String(httpPort),

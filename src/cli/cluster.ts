@@ -31,9 +31,16 @@ import { type Member, plan } from "./cluster/plan.js"
  * Ctrl-C reaches them only through this command, in that order. A runner that exits by itself stops the others too
  * (exit 1, naming it): one command, one deployment.
  */
-const here = path.dirname(fileURLToPath(import.meta.url))
-const RUNNER = path.join(here, "../runners/main.ts")
-const SIMULATOR = path.join(here, "../simulator/main.ts")
+const self = fileURLToPath(import.meta.url)
+const here = path.dirname(self)
+/** Its siblings as this command runs: built (dist/, `npm run cluster`) or from source (under tsx). */
+const built = self.endsWith(".js")
+const program = (file: string) =>
+  built
+    ? [path.join(here, `${file}.js`)]
+    : ["--import", "tsx", path.join(here, `${file}.ts`)]
+const RUNNER = program("../runners/main")
+const SIMULATOR = program("../simulator/main")
 
 /** A runner that takes longer than this to stop after SIGTERM is killed (the cluster's own stop is a few seconds). */
 const STOP_WITHIN = Duration.seconds(60)
@@ -165,7 +172,7 @@ const run = (args: Args) =>
     if (Option.isSome(sim)) {
       const simulator = yield* start(
         "simulator",
-        Command.make(process.execPath, "--import", "tsx", SIMULATOR).pipe(Command.env({
+        Command.make(process.execPath, ...SIMULATOR).pipe(Command.env({
           SIM_PORT: String(sim.value),
           SIM_OPENAI_WEBHOOK_URL: `${entry}/webhooks/openai`
         }))
@@ -183,7 +190,7 @@ const run = (args: Args) =>
     for (const m of members) {
       const child = yield* start(
         `process ${m.index}`,
-        Command.make(process.execPath, "--import", "tsx", RUNNER).pipe(Command.env(runnerEnv(m)))
+        Command.make(process.execPath, ...RUNNER).pipe(Command.env(runnerEnv(m)))
       )
       children.push(child)
       yield* Effect.logInfo(`process ${m.index} started`).pipe(Effect.annotateLogs({

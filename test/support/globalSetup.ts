@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto"
 import { readdirSync, readFileSync } from "node:fs"
 import type { TestProject } from "vitest/node"
+import { buildDist } from "../../scripts/build.mjs"
 import { TEST_PROCESS_MARK } from "./env.js"
 
 /** Processes started by tests (marked in their environment) that are still running. */
@@ -21,7 +22,9 @@ const markedProcesses = (runId: string): Array<number> => {
 }
 
 /** After the whole run, even one where a test timed out or a worker died: no runner a test started stays behind. */
-export default (project: TestProject) => {
+export default async (project: TestProject) => {
+  // the runner the process tests start is the one `npm start` runs: built from this checkout's sources, now
+  await buildDist()
   // this run's mark, handed to the test workers (other runs on the machine keep theirs)
   const runId = randomUUID()
   project.provide("testRunId", runId)

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { inject } from "vitest"
+import { RUNNER_PROGRAM } from "../../scripts/build.mjs"
 import { processEnv, scaled, TEST_PROCESS_MARK } from "./env.js"
 
 export interface Proc {
@@ -25,12 +26,12 @@ process.once("exit", () => {
 })
 
 /**
- * `npm start`'s program (src/runners/main.ts) as a child process with exactly the given settings (plus PATH and
+ * `npm start`'s program (src/runners/main.ts, built into dist/ by the global setup) as a child process with exactly the given settings (plus PATH and
  * the like, env.ts `processEnv`): no service URL of the test run leaks into it unless the test passes it; without
  * its embedded provider simulator unless `settings` asks for it (several runners would all want its port).
  */
 export const spawnRunner = (settings: Record<string, string>): Proc =>
-  spawnMarked(process.execPath, ["--import", "tsx", "src/runners/main.ts"], {
+  spawnMarked(process.execPath, [RUNNER_PROGRAM], {
     EMBEDDED_SIMULATOR: "false",
     ...processEnv(settings)
   })

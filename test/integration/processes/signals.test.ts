@@ -28,7 +28,7 @@ describe("SIGTERM to `npm start`", () => {
       const running = start.processes()
       // npm and the runner at least (the runner's esbuild service too): a test with one process would prove nothing
       expect(running.map((p) => p.command)).toEqual(
-        expect.arrayContaining([expect.stringMatching(/^npm/), expect.stringContaining("src/runners/main.ts")])
+        expect.arrayContaining([expect.stringMatching(/^npm/), expect.stringContaining("dist/src/runners/main.js")])
       )
 
       // /readyz polled back to back from before the signal until the listener is gone
@@ -46,7 +46,7 @@ describe("SIGTERM to `npm start`", () => {
       polling = false
       await poller
 
-      // was: npm's shell died and tsx and the runner were left running, orphaned
+      // was: npm's shell died and the runner (then under tsx) was left running, orphaned
       expect(start.processes()).toEqual([])
       expect(code).toBe(0)
       // 200 until the signal, then 503 while the listener still accepts, then nothing: never 200 after a 503
