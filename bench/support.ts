@@ -92,7 +92,10 @@ export const healthLine = (summaries: ReadonlyArray<ReturnType<RunnerHealth["sto
     (h.shardLockLosses > 0 ? "  <-- FAILOVER" : "")
   ).join("\n")
 
-/** `npm start`'s program runs as in production: built (scripts/build.mjs), once per bench or drill. */
+/**
+ * `npm start`'s program runs as in production: built (scripts/build.mjs), once per bench or drill. BENCH_RUNNER=tsx
+ * runs it from source under tsx instead, as every bench did before stop 24 (for an A/B).
+ */
 let built: Promise<unknown> | undefined
 
 /**
@@ -112,8 +115,10 @@ export const startRunnerProcess = async (
     ? [await freePort(), await freePort()]
     : [options.ports.http, options.ports.runner]
   const output = options.output ?? "inherit"
-  await (built ??= buildDist())
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), RUNNER_PROGRAM], {
+  const program = process.env.BENCH_RUNNER === "tsx"
+    ? ["--import", "tsx", "src/runners/main.ts"]
+    : (await (built ??= buildDist()), [RUNNER_PROGRAM])
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), ...program], {
     env: {
       ...process.env,
       HTTP_PORT: String(httpPort),

@@ -261,9 +261,30 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
       unsubscribing.catch(() => undefined)
       return unsubscribing
     }
+    /**
+     * SUBSCRIBEs asked for in the same turn of the event loop go as one command: a reconnect storm starts a feed for
+     * every project at once, and a command (and a socket write) each was a tenth of what such an open cost. A channel
+     * that lost its last local subscriber meanwhile is left out (its UNSUBSCRIBE went first).
+     */
+    let queued: { readonly channels: Array<string>; readonly subscribing: Promise<unknown> } | undefined
+    const subscribeSoon = (channel: string): Promise<unknown> => {
+      if (queued === undefined) {
+        const channels: Array<string> = []
+        const subscribing: Promise<unknown> = new Promise((resolve) => setImmediate(resolve)).then(() => {
+          queued = undefined
+          const wanted = channels.filter((c) => hub.keys.has(c) && live.get(c) === subscribing)
+          return wanted.length === 0 ? undefined : subscribe(wanted)
+        })
+        subscribing.catch(() => undefined) // awaited by whoever needs it
+        queued = { channels, subscribing }
+      }
+      queued.channels.push(channel)
+      live.set(channel, queued.subscribing)
+      return queued.subscribing
+    }
     /** Waits until `channel` is live for `sub`; if it cannot be now (Redis down), `sub` is owed a Gap. */
     const live_ = (projectId: string, channel: string, sub: { missed: boolean }) => {
-      const subscribing = live.get(channel) ?? subscribe([channel])
+      const subscribing = live.get(channel) ?? subscribeSoon(channel)
       // not live (Redis down): the Gap comes once the "ready" handler has subscribed again
       return attempt("subscribe", () => subscribing, SUBSCRIBE_TIMEOUT).pipe(
         Effect.tapError((e) =>

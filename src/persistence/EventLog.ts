@@ -1,7 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { Chunk, Duration, Effect, Either, Option, Schema, Stream } from "effect"
 import { EventCursor } from "../schema/cursor.js"
+import type { StorageUnavailable } from "../schema/errors.js"
 import type { ProjectId, TenantId } from "../schema/ids.js"
+import { makeGroupCommit } from "./GroupCommit.js"
 import { storageUnavailable } from "./storageUnavailable.js"
 
 const unavailable = storageUnavailable("event log")
@@ -95,25 +97,55 @@ const eventFromRow = (r: EventRow): Effect.Effect<StreamEvent | undefined> => {
  * retention sweep, and spending single-use stream tokens.
  */
 export class EventLog extends Effect.Service<EventLog>()("EventLog", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+
+    type HeadRow = {
+      project_id: string
+      tenant_id: string
+      stream_epoch: number
+      last_seq: number
+      retained_seq: number
+    }
+    /**
+     * Heads are read in groups: every open of a reconnect storm that finds no running feed asks for one, and a
+     * statement each (a pooled connection, a round trip, a write) was most of what such an open cost. Under low load
+     * a group holds one read.
+     */
+    const readHeads = yield* makeGroupCommit({
+      name: "stream_heads",
+      parallelism: 2,
+      maxBatch: 500,
+      run: (asked: ReadonlyArray<{ readonly tenantId: TenantId; readonly projectId: ProjectId }>) =>
+        Effect.map(
+          sql<HeadRow>`
+            SELECT project_id, tenant_id, stream_epoch, last_seq, retained_seq FROM projects
+            WHERE project_id = ANY(${[...new Set(asked.map((a) => a.projectId))]}::uuid[])`,
+          (rows) => {
+            const found = new Map(rows.map((r) => [r.project_id, r]))
+            return asked.map(({ projectId, tenantId }) => {
+              const row = found.get(projectId)
+              return row === undefined || row.tenant_id !== tenantId
+                ? Option.none<StreamHead>()
+                : Option.some<StreamHead>({
+                  epoch: Number(row.stream_epoch),
+                  lastSeq: Number(row.last_seq),
+                  retainedSeq: Number(row.retained_seq)
+                })
+            })
+          }
+        )
+    })
 
     /**
      * The head of a project's stream as `tenantId` may see it: another tenant's project, or one nobody created
-     * (POST /v1/projects), does not exist. Reading never creates a project.
+     * (POST /v1/projects), does not exist. Reading never creates a project. No span: it runs per stream open.
      */
-    const open = Effect.fn("EventLog.open")(function*(tenantId: TenantId, projectId: ProjectId) {
-      const rows = yield* sql<{ stream_epoch: number; last_seq: number; retained_seq: number }>`
-        SELECT stream_epoch, last_seq, retained_seq FROM projects
-        WHERE project_id = ${projectId} AND tenant_id = ${tenantId}`
-      const row = rows[0]
-      if (row === undefined) return Option.none<StreamHead>()
-      return Option.some<StreamHead>({
-        epoch: Number(row.stream_epoch),
-        lastSeq: Number(row.last_seq),
-        retainedSeq: Number(row.retained_seq)
-      })
-    }, Effect.catchTag("SqlError", unavailable))
+    const open = (
+      tenantId: TenantId,
+      projectId: ProjectId
+    ): Effect.Effect<Option.Option<StreamHead>, StorageUnavailable> =>
+      readHeads({ tenantId, projectId }).pipe(Effect.catchTag("SqlError", unavailable))
 
     /** Up to `limit` stored rows after `afterSeq`, in cursor order, and the last sequence read. */
     const page = Effect.fn("EventLog.page")(function*(projectId: string, afterSeq: number, limit: number) {

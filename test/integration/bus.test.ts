@@ -56,6 +56,30 @@ describe.skipIf(redisUrl === undefined)("NotificationBus (Redis)", () => {
       yield* eventually(() => expect(third).toEqual(["again"]))
     }))
 
+  it.scopedLive("SUBSCRIBEs of one turn go together: every listener is live once listen returns; a removed one is unsubscribed", () =>
+    Effect.gen(function*() {
+      const prefix = uniquePrefix()
+      const bus = yield* redisBus(prefix)
+      const redis = yield* admin
+      const projects = Array.from({ length: 200 }, (_, i) => `p${i}`)
+      const seen = new Map<string, Array<string>>(projects.map((p) => [p, []]))
+      // a reconnect storm: every project's first listener at once, and one that leaves again
+      const gone = yield* Effect.fork(bus.listen("gone", () => undefined).pipe(Effect.map((remove) => remove())))
+      yield* Effect.forEach(
+        projects,
+        (p) => bus.listen(p, (e) => void (e._tag === "Message" && seen.get(p)!.push(e.payload))),
+        { concurrency: "unbounded" }
+      )
+      yield* gone.await
+      // each live as soon as its listen returned: what is published now arrives
+      yield* Effect.forEach(projects, (p) => bus.publish(p, `to ${p}`), { discard: true })
+      yield* eventually(() => {
+        for (const p of projects) expect(seen.get(p)).toEqual([`to ${p}`])
+      })
+      expect(yield* numsub(redis, `${prefix}project:gone`)).toBe(0)
+      expect(yield* numsub(redis, `${prefix}project:p7`)).toBe(1)
+    }))
+
   const proxied = Effect.gen(function*() {
     const target = new URL(redisUrl!)
     const proxy = yield* Effect.acquireRelease(
