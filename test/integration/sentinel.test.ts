@@ -207,6 +207,14 @@ describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bu
           // the bus: the gateway's feed is subscribed on the new master, and what is published now reaches the
           // subscriber from before the switch live, after a Gap (it may have missed messages meanwhile)
           yield* untilAnswer("the feed's channel subscribed on the new master", channelsOn(to), (c) => c.length === 1)
+          // each connection follows the switch in its own time, the publisher's too (seen 550 ms after the
+          // subscriber's), and a publish meanwhile fails at once (BusUnavailable: no offline queue, by design)
+          const newMaster = `127.0.0.1:${to}`
+          yield* untilAnswer(
+            "every Redis connection of the runner ready on the new master",
+            Effect.sync(() => Redis.connectionStates().map((c) => `${c.connection}: ${c.status} on ${c.master}`)),
+            (states) => states.every((s) => s.endsWith(`: ready on ${newMaster}`))
+          )
           yield* bus.publish("probe", "after the switch")
           yield* eventually(
             () => expect(probe).toEqual(["before the switch", "<gap>", "after the switch"]),
@@ -215,7 +223,6 @@ describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bu
           client.close()
 
           // what an operator sees: the runner's connections on the master the Sentinels name, each switch counted
-          const newMaster = `127.0.0.1:${to}`
           const token = yield* Effect.flatMap(TokenSigner, (s) => s.signOperator("sentinel-test"))
           const { body, status } = yield* admin(port, token, "/admin/redis")
           expect({ status, body }).toMatchObject({ status: 200 })
