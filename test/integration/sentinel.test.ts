@@ -10,7 +10,7 @@ import * as Redis from "../../src/redis/Redis.js"
 import { admin, runOps, until as untilAnswer } from "../support/admin.js"
 import { collect, eventually } from "../support/busCases.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
-import { scaled } from "../support/env.js"
+import { scaled, scaledDuration } from "../support/env.js"
 import { until } from "../support/propagation.js"
 import { freePort, layerTestRunner, quietLogs, withSettings } from "../support/runner.js"
 import {
@@ -166,25 +166,34 @@ describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bu
           yield* bus.publish("probe", "before the switch")
           yield* eventually(() => expect(probe).toEqual(["before the switch"]))
 
-          // a writer commits all along, before, during and after the switch
+          // a writer commits all along, before, during and after the switch, paced by the stream rather than a clock:
+          // at most AHEAD of its events are not on the stream yet (while the bus is down they are, a few at a time, by
+          // the gateway's tail of PostgreSQL). Once the Sentinels name the new master it makes AFTER more and stops.
+          const AHEAD = 10
+          const AFTER = 20
           let committed = 0
-          let stop = false
+          let remaining = Number.POSITIVE_INFINITY
+          const onStream = () => payloads(client).length - 1 // the first live event was committed before the writer
           const writer = yield* Effect.gen(function*() {
-            while (!stop) {
+            for (; remaining > 0; remaining--) {
+              yield* client.waitFor("the writer's events on the stream", () => committed - onStream() < AHEAD)
               yield* commitChange(tasks[committed % 2]!, {
                 status: "running",
                 stage: "generating",
-                progress: 2 + committed
+                progress: committed % 101 // the column's CHECK: 0 to 100 (a commit past it fails, and the writer dies)
               })
               committed++
-              yield* Effect.sleep(Duration.millis(20))
             }
           }).pipe(Effect.fork)
           const { to } = yield* set.failover
-          const atSwitch = committed
-          yield* until("commits after the switch", () => committed >= atSwitch + 20)
-          stop = true
-          yield* Fiber.join(writer)
+          remaining = AFTER
+          // the writer's own failure ends the test at once, with its cause
+          yield* Fiber.join(writer).pipe(
+            Effect.timeoutFail({
+              duration: scaledDuration("30 seconds"),
+              onTimeout: () => `commits after the switch: ${committed} committed, ${onStream()} on the stream`
+            })
+          )
 
           // the stream: every stored event, in order, none twice
           const stored = yield* storedEvents(projectId, start.seq)
@@ -198,6 +207,14 @@ describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bu
           // the bus: the gateway's feed is subscribed on the new master, and what is published now reaches the
           // subscriber from before the switch live, after a Gap (it may have missed messages meanwhile)
           yield* untilAnswer("the feed's channel subscribed on the new master", channelsOn(to), (c) => c.length === 1)
+          // each connection follows the switch in its own time, the publisher's too (seen 550 ms after the
+          // subscriber's), and a publish meanwhile fails at once (BusUnavailable: no offline queue, by design)
+          const newMaster = `127.0.0.1:${to}`
+          yield* untilAnswer(
+            "every Redis connection of the runner ready on the new master",
+            Effect.sync(() => Redis.connectionStates().map((c) => `${c.connection}: ${c.status} on ${c.master}`)),
+            (states) => states.every((s) => s.endsWith(`: ready on ${newMaster}`))
+          )
           yield* bus.publish("probe", "after the switch")
           yield* eventually(
             () => expect(probe).toEqual(["before the switch", "<gap>", "after the switch"]),
@@ -206,7 +223,6 @@ describe.skipIf(!hasSentinel || noDatabase)("Redis Sentinel: the notification bu
           client.close()
 
           // what an operator sees: the runner's connections on the master the Sentinels name, each switch counted
-          const newMaster = `127.0.0.1:${to}`
           const token = yield* Effect.flatMap(TokenSigner, (s) => s.signOperator("sentinel-test"))
           const { body, status } = yield* admin(port, token, "/admin/redis")
           expect({ status, body }).toMatchObject({ status: 200 })

@@ -17,6 +17,11 @@ export interface SseClient {
   readonly comments: Array<string>
   readonly retry: () => number | undefined
   readonly ended: () => boolean
+  /**
+   * Resumes once `check` holds, trying it now and again as each chunk of the stream arrives (no polling, no clock);
+   * dies if the stream ends while it does not hold.
+   */
+  readonly waitFor: (what: string, check: () => boolean) => Effect.Effect<void>
   readonly close: () => void
 }
 
@@ -27,6 +32,9 @@ export const openSse = (url: string, headers: Record<string, string> = {}) =>
     let retry: number | undefined
     let ended = false
     let raw = ""
+    // the waiters of waitFor: each is tried on every chunk and when the stream ends
+    const waiters = new Set<() => void>()
+    const wake = () => waiters.forEach((w) => w())
     const req = http.get(url, { headers: { accept: "text/event-stream", ...headers } }, (res) => {
       let buffer = ""
       res.setEncoding("utf8")
@@ -50,8 +58,12 @@ export const openSse = (url: string, headers: Record<string, string> = {}) =>
           }
           if (data.length > 0) events.push({ id, event, data: data.join("\n"), at: Date.now() })
         }
+        wake()
       })
-      const done = () => (ended = true)
+      const done = () => {
+        ended = true
+        wake()
+      }
       res.on("end", done).on("close", done).on("error", done)
       resume(Effect.succeed({
         status: res.statusCode ?? 0,
@@ -61,6 +73,18 @@ export const openSse = (url: string, headers: Record<string, string> = {}) =>
         comments,
         retry: () => retry,
         ended: () => ended,
+        waitFor: (what, check) =>
+          Effect.async<void>((resumeWait) => {
+            const waiter = () => {
+              if (check()) resumeWait(Effect.void)
+              else if (ended) resumeWait(Effect.dieMessage(`${what}: the stream ended first`))
+              else return
+              waiters.delete(waiter)
+            }
+            waiters.add(waiter)
+            waiter()
+            return Effect.sync(() => waiters.delete(waiter))
+          }),
         close: () => req.destroy()
       }))
     })
