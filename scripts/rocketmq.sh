@@ -72,6 +72,7 @@ mappedFileSizeCommitLog=67108864
 mappedFileSizeConsumeQueue=600000
 autoCreateTopicEnable=false
 autoCreateSubscriptionGroup=false
+timerFlushIntervalMs=10000
 EOF
   # minInvisibleTimeMillsForRecv: the consumer may ask for short invisible durations (the default floor is 10 s).
   # grpcShutdownTimeSeconds: on TERM the gRPC server waits this long for open client streams (default 30 s).
