@@ -13,6 +13,7 @@ import { StreamSettings } from "../gateway/streamSettings.js"
 import { framePayload, type StreamEvent } from "../persistence/EventLog.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { newTraceId, withTraceId } from "../tracing/TraceId.js"
+import { inSlices } from "./inSlices.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { Revocations } from "./Revocations.js"
@@ -184,16 +185,17 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   yield* routes.upgrade((path) => EVENTS_PATH.test(path) && path.endsWith("/ws"), serve)
 
-  yield* Effect.sync(() => {
-    for (const [ws, answered] of alive) {
-      if (!answered) {
-        metrics.heartbeatFailed()
-        ws.terminate()
-        continue
-      }
-      alive.set(ws, false)
-      ws.ping()
+  // a slice of sockets at a time (inSlices): one that closed meanwhile is gone from `alive`
+  yield* inSlices(alive, ([ws]) => {
+    const answered = alive.get(ws)
+    if (answered === undefined) return
+    if (!answered) {
+      metrics.heartbeatFailed()
+      ws.terminate()
+      return
     }
+    alive.set(ws, false)
+    ws.ping()
   }).pipe(Effect.zipRight(Effect.sleep(pingEvery)), Effect.forever, Effect.forkScoped)
 
   // live notifications paused (DEGRADED_NOTIFY): as on SSE, every socket is told why in a `mode` message and closed

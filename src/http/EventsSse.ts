@@ -11,6 +11,7 @@ import { StreamSettings } from "../gateway/streamSettings.js"
 import { type CursorProblem, framePayload, type StreamEvent } from "../persistence/EventLog.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { newTraceId, withTraceId } from "../tracing/TraceId.js"
+import { inSlices } from "./inSlices.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
 import { type Holder, Revocations } from "./Revocations.js"
@@ -168,11 +169,14 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   yield* routes.request((path) => EVENTS_PATH.test(path) && !path.endsWith("/ws"), serve)
 
-  // one timer for every client: a comment line keeps proxies from timing the stream out and finds dead peers
-  yield* Effect.sync(() => {
+  // one timer for every client (written a slice at a time): a comment line keeps proxies from timing the stream out
+  // and finds dead peers
+  yield* Effect.suspend(() => {
     const ping = `: ping ${Math.floor(Date.now() / 1000)}\n\n`
     // a client backed up (or whose socket is full now) missed its heartbeat: the write deadline decides its fate
-    for (const res of open) if (blocked.has(res) || !res.write(ping)) metrics.heartbeatFailed()
+    return inSlices(open, (res) => {
+      if (open.has(res) && (blocked.has(res) || !res.write(ping))) metrics.heartbeatFailed()
+    })
   }).pipe(Effect.zipRight(Effect.sleep(heartbeat)), Effect.forever, Effect.forkScoped)
 
   // live notifications paused (DEGRADED_NOTIFY): every stream is told why, in an `event: mode` frame, and ended (a new
