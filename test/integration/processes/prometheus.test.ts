@@ -317,6 +317,15 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
         })
         expect(genuine.status).toBe(204)
 
+        // at least one 429 among the provider's answers: a fifth of the calls above draw one, but a workload this short
+        // can draw none (CI's run of 76b561e did, and the 429 ratio below was NaN). One more task, whose calls are all
+        // answered 429 until one was; it then goes on as any other
+        const throttled = simulator.stats.throttled
+        yield* simulator.setFaults({ rate429: 1 })
+        yield* create(httpB, "openai")
+        yield* until("a provider call answered 429", () => simulator.stats.throttled > throttled, Duration.seconds(30))
+        yield* simulator.setFaults({ rate429: 0.2 })
+
         // a submission whose answer never comes: SUBMIT_UNKNOWN, and Runway has no lookup here
         yield* simulator.setFaults({ submitAcceptThenTimeout: 1 })
         yield* create(httpA, "runway")
