@@ -107,6 +107,12 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
       last_seq: number
       retained_seq: number
     }
+    /** The stream heads of many projects in one query: for stream opens (`open`) and the gateway's tail (`heads`). */
+    const headRows = (projectIds: ReadonlyArray<string>) =>
+      sql<HeadRow>`
+        SELECT project_id, tenant_id, stream_epoch, last_seq, retained_seq FROM projects
+        WHERE project_id = ANY(${[...new Set(projectIds)]}::uuid[])`
+
     /**
      * Heads are read in groups: every open of a reconnect storm that finds no running feed asks for one, and a
      * statement each (a pooled connection, a round trip, a write) was most of what such an open cost. Under low load
@@ -118,9 +124,7 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
       maxBatch: 500,
       run: (asked: ReadonlyArray<{ readonly tenantId: TenantId; readonly projectId: ProjectId }>) =>
         Effect.map(
-          sql<HeadRow>`
-            SELECT project_id, tenant_id, stream_epoch, last_seq, retained_seq FROM projects
-            WHERE project_id = ANY(${[...new Set(asked.map((a) => a.projectId))]}::uuid[])`,
+          headRows(asked.map((a) => a.projectId)),
           (rows) => {
             const found = new Map(rows.map((r) => [r.project_id, r]))
             return asked.map(({ projectId, tenantId }) => {
@@ -201,8 +205,7 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
     /** Last sequence and epoch of many projects in one query (the gateway's tail of PostgreSQL). */
     const heads = Effect.fn("EventLog.heads")(function*(projectIds: ReadonlyArray<string>) {
       if (projectIds.length === 0) return new Map<string, { epoch: number; lastSeq: number }>()
-      const rows = yield* sql<{ project_id: string; stream_epoch: number; last_seq: number }>`
-        SELECT project_id, stream_epoch, last_seq FROM projects WHERE project_id = ANY(${projectIds})`
+      const rows = yield* headRows(projectIds)
       return new Map(rows.map((r) => [r.project_id, { epoch: Number(r.stream_epoch), lastSeq: Number(r.last_seq) }]))
     }, Effect.catchTag("SqlError", unavailable))
 
