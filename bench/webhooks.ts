@@ -15,10 +15,10 @@
  *   BENCH_SECONDS (5)  BENCH_ROUNDS (3)  BENCH_CONCURRENCY (64)  BENCH_RATE (1000)  BENCH_LOAD_WORKERS (1)
  *   BENCH_NODE_ARGS (node flags for the runners, e.g. --cpu-prof)  DATABASE_URL (admin URL; a fresh database)
  */
-import { build } from "esbuild"
 import { type ChildProcess, fork } from "node:child_process"
 import * as fs from "node:fs"
 import pg from "pg"
+import { bundle } from "../scripts/runBuilt.mjs"
 import { freePort, healthLine, percentile, startRunnerProcess, stopProcess } from "./support.js"
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
@@ -30,22 +30,9 @@ const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const SECRET = "whsec_" + Buffer.from("bench-openai-secret-0123456789ab").toString("base64")
 
-/**
- * The ceiling as plain JavaScript, like the runner (scripts/build.mjs): under tsx every closure it made cost an
- * Object.defineProperty more (esbuild's keepNames), a handicap of ours, not of the work.
- */
+/** The ceiling as plain JavaScript, like the runner (scripts/runBuilt.mjs says why). */
 let ceiling: Promise<string> | undefined
-const ceilingProgram = () =>
-  ceiling ??= build({
-    entryPoints: ["bench/webhookCeiling.ts"],
-    bundle: true,
-    packages: "external",
-    format: "esm",
-    platform: "node",
-    outfile: ".scratch/webhookCeiling.mjs",
-    keepNames: false,
-    logLevel: "warning"
-  }).then(() => ".scratch/webhookCeiling.mjs")
+const ceilingProgram = () => ceiling ??= bundle("bench/webhookCeiling.ts")
 
 const cpuTicks = (pid: number) => {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
