@@ -202,16 +202,17 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   // with 1013 (try again later); a new one is refused with 503 naming the mode until pushes resume
   yield* endStreamsWhileLivePaused(fence, (mode) => {
     const message = JSON.stringify({ type: "mode", mode, live: false })
-    alive.forEach((_, ws) => {
+    return inSlices(alive, ([ws]) => {
+      if (!alive.has(ws) || ws.readyState !== ws.OPEN) return
       ws.send(message)
       ws.close(1013, "live notifications paused")
     })
   })
 
+  // a slice at a time, as on SSE
   yield* Effect.addFinalizer(() =>
-    Effect.sync(() => {
-      alive.forEach((_, ws) => ws.close(1001, "shutdown"))
-      wss.close()
-    })
+    inSlices(alive, ([ws]) => alive.has(ws) && ws.close(1001, "shutdown")).pipe(
+      Effect.zipRight(Effect.sync(() => wss.close()))
+    )
   )
 }))
