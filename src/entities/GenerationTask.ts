@@ -41,7 +41,11 @@ export const GenerationTask = Entity.make("GenerationTask", [
     error: ReadErrors
   }),
   Rpc.make("Observe", {
-    payload: ProviderObservation,
+    // the class's own schema without its `make`: the Rpc client calls a payload schema's `make` on every send, and
+    // the class's validates the whole observation again (UUIDs, dates, literals), though every sender holds one it
+    // built with `new ProviderObservation` (validated then). Sent to another runner it is encoded and decoded by
+    // the same schema as before
+    payload: ProviderObservation.annotations({}),
     success: CommandResult,
     error: WriteErrors
   }),

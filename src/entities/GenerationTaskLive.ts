@@ -54,7 +54,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         })
 
         /** Evaluates `decide` against the current state and commits its change, reloading on a lost CAS. */
-        const applyOnce = Effect.fn("GenerationTask.apply")(
+        const applyOnce = Effect.fnUntraced(
           function*(decide: (state: TaskState, now: Date) => Outcome) {
             for (let round = 0; round < MAX_CAS_ROUNDS; round++) {
               const state = yield* current
