@@ -8,7 +8,11 @@ import { observation, uuid } from "../../src/testing/builders.js"
 // Observe's payload schema has no `make` (the Rpc client would validate every observation again on send), yet a
 // message to another runner is encoded and decoded exactly as by the class itself
 describe("the Observe message's payload", () => {
-  const payload = GenerationTask.protocol.requests.get("Observe")!.payloadSchema
+  // the protocol's map is typed by the union of every message: this one carries observations
+  const payload = GenerationTask.protocol.requests.get("Observe")!.payloadSchema as unknown as Schema.Schema<
+    ProviderObservation,
+    Schema.Schema.Encoded<typeof ProviderObservation>
+  >
 
   it("is sent as built: the client calls no constructor", () => {
     expect((payload as { readonly make?: unknown }).make).toBeUndefined()
