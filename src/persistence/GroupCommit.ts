@@ -1,14 +1,24 @@
-import { Cause, Deferred, Duration, Effect, Exit, Metric, Queue } from "effect"
+import { Duration, Effect, Exit, FiberId, FiberSet, Metric } from "effect"
 import { groupCommitBatchSize, groupCommitSeconds } from "../observability/metrics.js"
 
+/** A writer's entry point: as an Effect, or (`offer`) for a caller outside Effect, told its item's exit. */
+export interface GroupCommit<I, O, E> {
+  (item: I): Effect.Effect<O, E>
+  readonly offer: (item: I, done: (exit: Exit.Exit<O, E>) => void) => void
+}
+
 /**
- * Natural batching for a write path: callers enqueue and wait; `parallelism` workers each take whatever is
- * queued (up to `maxBatch`) and run it as one batch. Under low load a batch holds one item (no added latency);
- * under high load round trips, syscalls and WAL flushes are shared by many callers.
+ * Natural batching for a write path: callers enqueue and wait; up to `parallelism` batches run at once, each taking
+ * whatever is queued (up to `maxBatch`) as one batch. Under low load a batch holds one item (no added latency);
+ * under high load round trips, syscalls and WAL flushes are shared by many callers. What is queued in one turn of
+ * the event loop goes together.
  *
- * Every taken entry is completed whatever happens to its batch: a failure, a defect (even a synchronous
- * throw in `run`) or an interruption of the worker reaches exactly the callers of that batch, and the other
- * workers carry on. On shutdown, entries still queued fail with an interruption.
+ * Every taken entry is completed whatever happens to its batch: a failure, a defect (even a synchronous throw in
+ * `run`) or an interruption reaches exactly the callers of that batch, and the other batches carry on. On shutdown,
+ * entries still queued and batches still running end with an interruption.
+ *
+ * The queue is a plain array and a caller waits on a callback: a Queue, a Deferred and a worker fiber's wake-up per
+ * item cost more than the write's own share of a batch on the webhook path (bench:webhooks).
  */
 export const makeGroupCommit = <I, O, E>(options: {
   /** The writer's name in the batch size and commit time metrics (label `writer`). */
@@ -19,56 +29,69 @@ export const makeGroupCommit = <I, O, E>(options: {
   readonly run: (items: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<O>, E>
 }) =>
   Effect.gen(function*() {
-    type Entry = { readonly item: I; readonly done: Deferred.Deferred<O, E> }
-    const queue = yield* Effect.acquireRelease(Queue.unbounded<Entry>(), (q) =>
-      Effect.flatMap(Queue.takeAll(q), (rest) =>
-        Effect.zipRight(
-          Effect.forEach(rest, (e) =>
-            Deferred.interrupt(e.done), { discard: true }),
-          Queue.shutdown(q)
-        )))
-
+    type Entry = { readonly item: I; readonly done: (exit: Exit.Exit<O, E>) => void }
     const batchSize = Metric.tagged(groupCommitBatchSize, "writer", options.name)
     const commitSeconds = Metric.tagged(groupCommitSeconds, "writer", options.name)
+    const interrupted = Exit.interrupt(FiberId.none)
+    let queued: Array<Entry> = []
+    let running = 0
+    let soon = false
+    let closed = false
+    const fork = yield* FiberSet.makeRuntime<never>()
+
+    const settle = (batch: ReadonlyArray<Entry>, exit: Exit.Exit<ReadonlyArray<O>, E>) =>
+      batch.forEach((e, i) =>
+        e.done(
+          Exit.isFailure(exit)
+            ? Exit.failCause(exit.cause)
+            : exit.value[i] === undefined
+            ? Exit.die(new Error("group commit: no result for an item"))
+            : Exit.succeed(exit.value[i]!)
+        )
+      )
+
     const runBatch = (batch: ReadonlyArray<Entry>) =>
-      Effect.suspend(() =>
-        options.run(batch.map((e) => e.item))
-      ).pipe(
+      Effect.suspend(() => options.run(batch.map((e) => e.item))).pipe(
         Effect.exit,
         Effect.timed,
-        Effect.tap(([took]) =>
-          Effect.zipRight(
-            Metric.update(batchSize, batch.length),
-            Metric.update(commitSeconds, Duration.toSeconds(took))
-          )
-        ),
-        Effect.map(([, exit]) => exit),
-        Effect.flatMap((exit) =>
-          Effect.forEach(batch, (e, i) =>
-            Deferred.done(
-              e.done,
-              Exit.isSuccess(exit)
-                ? (exit.value[i] === undefined
-                  ? Exit.die(new Error("group commit: no result for an item"))
-                  : Exit.succeed(exit.value[i]!))
-                : Exit.failCause(exit.cause)
-            ), { discard: true })
-        ),
-        Effect.onInterrupt(() => Effect.forEach(batch, (e) => Deferred.interrupt(e.done), { discard: true }))
+        Effect.map(([took, exit]) => {
+          batchSize.unsafeUpdate(batch.length, [])
+          commitSeconds.unsafeUpdate(Duration.toSeconds(took), [])
+          settle(batch, exit)
+        }),
+        Effect.onInterrupt(() => Effect.sync(() => settle(batch, interrupted))),
+        Effect.ensuring(Effect.sync(() => {
+          running--
+          drain()
+        }))
       )
 
-    const worker = Queue.takeBetween(queue, 1, options.maxBatch).pipe(
-      Effect.flatMap((entries) => runBatch(Array.from(entries))),
-      Effect.catchAllCause((cause) =>
-        Cause.isInterruptedOnly(cause) ? Effect.failCause(cause) : Effect.logError("group commit worker", cause)
-      ),
-      Effect.forever
+    const drain = () => {
+      soon = false
+      while (!closed && running < options.parallelism && queued.length > 0) {
+        const batch = queued.length <= options.maxBatch ? queued : queued.slice(0, options.maxBatch)
+        queued = queued.length <= options.maxBatch ? [] : queued.slice(options.maxBatch)
+        running++
+        fork(runBatch(batch))
+      }
+    }
+
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+        const rest = queued
+        queued = []
+        rest.forEach((e) => e.done(interrupted))
+      })
     )
-    for (let i = 0; i < options.parallelism; i++) yield* Effect.forkScoped(worker)
 
-    return (item: I): Effect.Effect<O, E> =>
-      Effect.flatMap(
-        Deferred.make<O, E>(),
-        (done) => Queue.offer(queue, { item, done }).pipe(Effect.zipRight(Deferred.await(done)))
-      )
+    const offer = (item: I, done: (exit: Exit.Exit<O, E>) => void): void => {
+      if (closed) return done(interrupted)
+      queued.push({ item, done })
+      if (soon) return
+      soon = true
+      queueMicrotask(drain)
+    }
+    const commit = (item: I): Effect.Effect<O, E> => Effect.async<O, E>((resume) => offer(item, resume))
+    return Object.assign(commit, { offer }) as GroupCommit<I, O, E>
   })

@@ -1,0 +1,71 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Exit, Scope } from "effect"
+import { makeGroupCommit } from "../../src/persistence/GroupCommit.js"
+
+// The batching itself, with no database: what goes together, and that every caller hears of its own item's fate
+describe("group commit queue", () => {
+  it.scoped("what is queued in one turn goes as one batch; each caller gets its own result", () =>
+    Effect.gen(function*() {
+      const batches: Array<ReadonlyArray<number>> = []
+      const commit = yield* makeGroupCommit({
+        name: "test",
+        parallelism: 1,
+        maxBatch: 100,
+        run: (items: ReadonlyArray<number>) => Effect.sync(() => (batches.push(items), items.map((n) => n * 10)))
+      })
+      const results = yield* Effect.all(Array.from({ length: 5 }, (_, i) => commit(i)), { concurrency: "unbounded" })
+      expect(results).toEqual([0, 10, 20, 30, 40])
+      expect(batches.flat().sort()).toEqual([0, 1, 2, 3, 4])
+      expect(batches.length).toBeLessThan(5)
+    }))
+
+  it.scoped("a batch's failure, or a throw while it is built, reaches its callers and no one else's", () =>
+    Effect.gen(function*() {
+      const commit = yield* makeGroupCommit({
+        name: "test",
+        parallelism: 1,
+        maxBatch: 1,
+        run: (items: ReadonlyArray<number>) => {
+          if (items[0] === 2) throw new Error("boom")
+          return items[0] === 1 ? Effect.fail("refused" as const) : Effect.succeed(items)
+        }
+      })
+      const exits = yield* Effect.all([0, 1, 2, 3].map((n) => Effect.exit(commit(n))), { concurrency: "unbounded" })
+      expect(exits[0]).toEqual(Exit.succeed(0))
+      expect(exits[1]).toEqual(Exit.fail("refused"))
+      expect(Exit.isFailure(exits[2]!) && Exit.causeOption(exits[2]!)).toBeTruthy()
+      expect(exits[3]).toEqual(Exit.succeed(3))
+      // a result missing for an item is a defect for that item, not a hang
+      const short = yield* makeGroupCommit({
+        name: "test",
+        parallelism: 1,
+        maxBatch: 10,
+        run: () => Effect.succeed([] as Array<number>)
+      })
+      expect(Exit.isFailure(yield* Effect.exit(short(1)))).toBe(true)
+    }))
+
+  it.effect("on shutdown, a running batch and the queued entries end interrupted (offer's callback hears it)", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const started = yield* Deferred.make<void>()
+      const commit = yield* makeGroupCommit({
+        name: "test",
+        parallelism: 1,
+        maxBatch: 1,
+        run: (items: ReadonlyArray<number>) =>
+          Effect.zipRight(Deferred.succeed(started, undefined), Effect.never)
+            .pipe(Effect.as(items))
+      }).pipe(Scope.extend(scope))
+      const heard: Array<Exit.Exit<number, never>> = []
+      commit.offer(1, (exit) => heard.push(exit))
+      yield* Deferred.await(started)
+      commit.offer(2, (exit) => heard.push(exit))
+      yield* Scope.close(scope, Exit.void)
+      expect(heard).toHaveLength(2)
+      expect(heard.every((e) => Exit.isInterrupted(e))).toBe(true)
+      commit.offer(3, (exit) => heard.push(exit))
+      expect(heard).toHaveLength(3)
+      expect(Exit.isInterrupted(heard[2]!)).toBe(true)
+    }))
+})
