@@ -5,11 +5,15 @@ import {
   taskObservations,
   unknownSubmitsResolved
 } from "../observability/metrics.js"
+import { seriesBy } from "../observability/series.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import type { CommandResult } from "./GenerationTask.js"
 
 /** Outcomes that mean the observation came after a newer fact of its task: it arrived out of order. */
 const REORDERED: ReadonlySet<string> = new Set(["stale_sequence", "backward", "progress_backward"])
+
+const observations = seriesBy(taskObservations, "provider", "source", "outcome")
+const reorders = seriesBy(callbackReorders, "provider")
 
 /**
  * Counts what the transition function made of one provider observation: by provider, source and outcome (changed,
@@ -22,12 +26,9 @@ export const countObservation = (observation: ProviderObservation, result: Comma
     const outcome = result.outcome === "changed" || result.outcome === "conflict"
       ? result.outcome
       : (result.reason ?? result.outcome)
-    const byProvider = Metric.tagged(taskObservations, "provider", observation.provider)
-    yield* Metric.increment(
-      Metric.tagged(Metric.tagged(byProvider, "source", observation.source), "outcome", outcome)
-    )
+    yield* Metric.increment(observations(observation.provider, observation.source, outcome))
     if (observation.source === "webhook" && REORDERED.has(outcome)) {
-      yield* Metric.increment(Metric.tagged(callbackReorders, "provider", observation.provider))
+      yield* Metric.increment(reorders(observation.provider))
     }
   })
 

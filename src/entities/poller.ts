@@ -3,6 +3,7 @@ import { providerLostJob } from "../domain/lifecycleSteps.js"
 import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy } from "../domain/pollPolicy.js"
 import type { TaskState } from "../domain/taskState.js"
 import { providerPolls } from "../observability/metrics.js"
+import { seriesBy } from "../observability/series.js"
 import type { AttemptSchedule, PollLease } from "../persistence/AttemptSchedule.js"
 import { isProviderFault, type ProviderCallFailed } from "../providers/errors.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
@@ -14,6 +15,8 @@ import type { AttemptId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
 import { type AttemptSnapshot, isTerminal, trusted } from "../schema/task.js"
 import type { TaskHandle } from "./taskHandle.js"
+
+const polls = seriesBy(providerPolls, "provider", "outcome")
 
 /** A poll's answer as an observation: the same shape and the same transition as a webhook's. */
 export const pollObservation = (
@@ -154,8 +157,7 @@ export const makePoller = ({ breaker, clients, config, quota, schedule }: Poller
         return yield* putOff(h, attempt.id, sent.waitMs, pollFailures)
       }
       const answer = sent.result
-      const polled = Metric.tagged(providerPolls, "provider", attempt.provider)
-      yield* Metric.increment(Metric.tagged(polled, "outcome", Either.isRight(answer) ? "ok" : answer.left.kind))
+      yield* Metric.increment(polls(attempt.provider, Either.isRight(answer) ? "ok" : answer.left.kind))
       now = yield* Clock.currentTimeMillis
       if (Either.isRight(answer)) {
         const res = yield* h.observe(pollObservation(attempt, answer.right, new Date(now), h.traceId))

@@ -6,6 +6,7 @@ import {
   webhookPersistSeconds,
   webhookVerifyFailures
 } from "../observability/metrics.js"
+import { seriesBy } from "../observability/series.js"
 import { dedupKeyOf, sha256hex, signsBody } from "../providers/ProviderAdapter.js"
 import type { WebhookRequest } from "../providers/ProviderDefinition.js"
 import { ProviderRegistry, type WebhookEndpoint } from "../providers/ProviderRegistry.js"
@@ -48,28 +49,18 @@ const refusals = Metric.counter("webhook_refusals", {
   description: "provider callbacks refused, by status and provider"
 })
 
-/**
- * A provider's persisted-callback series, tagged once: `Metric.tagged` builds a new key (hashed, looked up in the
- * registry) each call, three of them per webhook. Providers are the registry's, a handful.
- */
-const persistedSeries = new Map<string, ReturnType<typeof seriesOf>>()
-const seriesOf = (provider: string) => ({
-  seconds: Metric.tagged(webhookPersistSeconds, "provider", provider),
-  stored: Metric.tagged(Metric.tagged(webhookCallbacks, "provider", provider), "outcome", "stored"),
-  duplicate: Metric.tagged(Metric.tagged(webhookCallbacks, "provider", provider), "outcome", "duplicate"),
-  lag: Metric.tagged(callbackLagSeconds, "provider", provider)
-})
+const persistSeconds = seriesBy(webhookPersistSeconds, "provider")
+const callbacks = seriesBy(webhookCallbacks, "provider", "outcome")
+const lagSeconds = seriesBy(callbackLagSeconds, "provider")
 
 /** A callback is in the inbox: how long that took, whether it was new, and how late it came (seed 19.7.8). */
 const recordPersisted = (provider: string, outcome: "stored" | "duplicate", started: number, occurredAt: Date | null) =>
   Effect.map(Clock.currentTimeMillis, (now) => {
-    let series = persistedSeries.get(provider)
-    if (series === undefined) persistedSeries.set(provider, series = seriesOf(provider))
-    series.seconds.unsafeUpdate((now - started) / 1000, [])
-    series[outcome].unsafeUpdate(1, [])
+    persistSeconds(provider).unsafeUpdate((now - started) / 1000, [])
+    callbacks(provider, outcome).unsafeUpdate(1, [])
     // a duplicate's lag is the provider's retry schedule, not ours; a clock ahead of ours counts as no lag
     if (outcome === "stored" && occurredAt !== null) {
-      series.lag.unsafeUpdate(Math.max(0, now - occurredAt.getTime()) / 1000, [])
+      lagSeconds(provider).unsafeUpdate(Math.max(0, now - occurredAt.getTime()) / 1000, [])
     }
   })
 

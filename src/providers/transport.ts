@@ -4,6 +4,7 @@ import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Duration, Effect, Either, Metric, Option, Schema } from "effect"
 import { providerResponses } from "../observability/metrics.js"
+import { seriesBy } from "../observability/series.js"
 import { ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
 
 type Method = "GET" | "POST" | "PUT" | "DELETE"
@@ -81,7 +82,7 @@ export const makeTransport = (options: {
   readonly headers: Record<string, string>
   readonly timeout: Duration.Duration
 }): Transport => {
-  const responses = Metric.tagged(providerResponses, "provider", options.provider)
+  const responses = seriesBy(providerResponses, "provider", "status")
   const authorized = (path: string) =>
     HttpClientRequest.get(`${options.baseUrl}${path}`).pipe(HttpClientRequest.setHeaders(options.headers))
 
@@ -93,8 +94,8 @@ export const makeTransport = (options: {
     return Effect.flatMap(withBody(req, body), options.http.execute).pipe(
       Effect.timeout(options.timeout),
       Effect.tapBoth({
-        onSuccess: (res) => Metric.increment(Metric.tagged(responses, "status", String(res.status))),
-        onFailure: () => Metric.increment(Metric.tagged(responses, "status", "network"))
+        onSuccess: (res) => Metric.increment(responses(options.provider, String(res.status))),
+        onFailure: () => Metric.increment(responses(options.provider, "network"))
       })
     )
   }

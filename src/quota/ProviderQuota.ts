@@ -1,7 +1,11 @@
 import { Clock, Duration, Effect, Either, Metric, Option, Schedule } from "effect"
 import * as S from "../config/Settings.js"
 import { quotaGrants, quotaLimitQps, quotaWaitSeconds } from "../observability/metrics.js"
+import { seriesBy } from "../observability/series.js"
 import { Redis } from "../redis/Redis.js"
+
+const quotaWaits = seriesBy(quotaWaitSeconds, "provider")
+const grants = seriesBy(quotaGrants, "provider")
 
 export interface QuotaScope {
   readonly provider: string
@@ -237,8 +241,8 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
         from = step.next
       }
       const waited = ((yield* Clock.currentTimeMillis) - started) / 1000
-      yield* Metric.update(Metric.tagged(quotaWaitSeconds, "provider", scope.provider), waited)
-      yield* Metric.increment(Metric.tagged(quotaGrants, "provider", scope.provider))
+      yield* Metric.update(quotaWaits(scope.provider), waited)
+      yield* Metric.increment(grants(scope.provider))
       return true
     })
     /** Waits until a query slot is granted at all three levels, then returns. Never fails. */

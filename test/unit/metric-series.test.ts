@@ -1,0 +1,20 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Metric } from "effect"
+import { seriesBy } from "../../src/observability/series.js"
+
+describe("seriesBy", () => {
+  it.effect("one series per label values, made once, counted under those labels", () =>
+    Effect.gen(function*() {
+      const counter = Metric.counter(`series_test_${Date.now()}`)
+      const by = seriesBy(counter, "provider", "outcome")
+      expect(by("openai", "ok")).toBe(by("openai", "ok"))
+      expect(by("openai", "ok")).not.toBe(by("openai", "failed"))
+      yield* Metric.increment(by("openai", "ok"))
+      yield* Metric.increment(by("openai", "ok"))
+      yield* Metric.increment(by("runway", "ok"))
+      expect((yield* Metric.value(Metric.tagged(Metric.tagged(counter, "provider", "openai"), "outcome", "ok"))).count)
+        .toBe(2)
+      expect((yield* Metric.value(Metric.tagged(Metric.tagged(counter, "provider", "runway"), "outcome", "ok"))).count)
+        .toBe(1)
+    }))
+})
