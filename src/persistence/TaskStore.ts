@@ -5,8 +5,9 @@ import * as S from "../config/Settings.js"
 import type { TaskState } from "../domain/taskState.js"
 import type { Change } from "../domain/transition.js"
 import { taskTransitions } from "../observability/metrics.js"
+import { seriesBy } from "../observability/series.js"
 import { EventCursor } from "../schema/cursor.js"
-import { WriteFenced } from "../schema/errors.js"
+import { type StorageUnavailable, WriteFenced } from "../schema/errors.js"
 import type { AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
@@ -81,20 +82,11 @@ interface CommitRow {
   readonly seq: number | null
 }
 
-/**
- * task_transitions_total by source and status, made once per pair: tagging a metric builds and hashes a new key each
- * time, on every commit.
- */
-const transitionCounters = new Map<string, Metric.Metric.Counter<number>>()
-const transitionsCounter = (source: string, to: string) => {
-  const key = `${source}\u0000${to}`
-  let counter = transitionCounters.get(key)
-  if (counter === undefined) {
-    counter = Metric.tagged(Metric.tagged(taskTransitions, "source", source), "to", to)
-    transitionCounters.set(key, counter)
-  }
-  return counter
-}
+/** task_transitions_total by source and status (tagged once per pair: on every commit). */
+const transitionsCounter = seriesBy(taskTransitions, "source", "to")
+
+/** A task id PostgreSQL can read as a uuid: anything else is no task (and must not fail its batch-mates' read). */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
 
@@ -115,18 +107,43 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
     const sql = yield* SqlClient.SqlClient
     const fence = yield* WriteFence
 
-    const load = Effect.fn("TaskStore.load")(function*(taskId: TaskId) {
-      const tasks = yield* sql.unsafe<Record<string, any>>(
-        `SELECT ${TASK_COLUMNS} FROM generation_tasks t JOIN projects p ON p.project_id = t.project_id
-         WHERE t.id = $1`,
-        [taskId]
-      )
-      if (tasks.length === 0) return Option.none<TaskState>()
-      const task = taskFromRow(tasks[0]!)
-      if (task.currentAttemptId === null) return Option.some<TaskState>({ task, attempt: null })
-      const attempts = yield* sql<Record<string, any>>`SELECT * FROM task_attempts WHERE id = ${task.currentAttemptId}`
-      return Option.some<TaskState>({ task, attempt: attempts.length === 0 ? null : attemptFromRow(attempts[0]!) })
-    }, Effect.catchTag("SqlError", unavailable))
+    /**
+     * Tasks asked for meanwhile are read together: two statements per group (the tasks, then their current attempts),
+     * whatever its size. A runner that takes shards over builds their entities all at once (bench:transitions: 200
+     * builds when a round starts), and each build reads its task first: two queries each, one connection each.
+     */
+    const loads = yield* makeGroupCommit({
+      name: "task_loads",
+      parallelism: 2,
+      maxBatch: 500,
+      run: (ids: ReadonlyArray<TaskId>) =>
+        Effect.gen(function*() {
+          const wanted = [...new Set(ids.filter((id) => UUID.test(id)))]
+          const rows = wanted.length === 0 ? [] : yield* sql.unsafe<Record<string, any>>(
+            `SELECT ${TASK_COLUMNS} FROM generation_tasks t JOIN projects p ON p.project_id = t.project_id
+             WHERE t.id = ANY($1::uuid[])`,
+            [wanted]
+          )
+          // keyed as PostgreSQL writes a uuid (lowercase): an id asked for in capitals finds its task, as `=` did
+          const tasks = new Map(rows.map((row) => [String(row.id), taskFromRow(row)] as const))
+          const attemptIds = [...tasks.values()].flatMap((t) => t.currentAttemptId === null ? [] : [t.currentAttemptId])
+          const attemptRows = attemptIds.length === 0
+            ? []
+            : yield* sql<Record<string, any>>`SELECT * FROM task_attempts WHERE id IN ${sql.in(attemptIds)}`
+          const attempts = new Map(attemptRows.map((row) => [String(row.id), attemptFromRow(row)] as const))
+          return ids.map((id) => {
+            const task = tasks.get(id.toLowerCase())
+            if (task === undefined) return Option.none<TaskState>()
+            const attempt = task.currentAttemptId === null
+              ? null
+              : attempts.get(task.currentAttemptId.toLowerCase()) ?? null
+            return Option.some<TaskState>({ task, attempt })
+          })
+        })
+    })
+
+    const load = (taskId: TaskId): Effect.Effect<Option.Option<TaskState>, StorageUnavailable> =>
+      loads(taskId).pipe(Effect.catchTag("SqlError", unavailable))
 
     const runBatch = (items: ReadonlyArray<CommitItem>) =>
       sql<CommitRow & { ord: number }>`SELECT * FROM commit_task_changes(${JSON.stringify(items)}::jsonb)`.pipe(

@@ -4,6 +4,7 @@ import { Effect, Exit, Layer, Option } from "effect"
 import { makeChange } from "../../src/domain/transition.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
 import { layerStores } from "../../src/runners/Runner.js"
+import type { TaskId } from "../../src/schema/ids.js"
 import { AttemptSnapshot, trusted } from "../../src/schema/task.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
@@ -56,6 +57,27 @@ describe.skipIf(noDatabase)("group commit", () => {
         const seqs = yield* sql<{ cursor_seq: number }>`
           SELECT cursor_seq FROM task_events WHERE project_id = ${projectId} ORDER BY cursor_seq`
         expect(seqs.map((r) => r.cursor_seq)).toEqual(Array.from({ length: seqs.length }, (_, i) => i + 1))
+      }))
+
+    it.effect("loads asked for together are read together, each answered as alone", () =>
+      Effect.gen(function*() {
+        const store = yield* TaskStore
+        const tasks = yield* Effect.forEach(Array.from({ length: 6 }), () => admitTask())
+        const asked = [
+          ...tasks.map((t) => t.taskId as string),
+          tasks[0]!.taskId.toUpperCase(), // PostgreSQL's uuid `=` ignores case; so does the grouped read
+          uuid(), // no such task
+          "not-a-uuid" // no such task either, and it must not fail its batch-mates' read
+        ]
+        const loaded = yield* Effect.forEach(asked, (id) => store.load(id as TaskId), { concurrency: "unbounded" })
+        tasks.forEach((t, i) => {
+          const state = Option.getOrThrow(loaded[i]!)
+          expect(state.task.id).toBe(t.taskId)
+          expect(state.attempt?.id).toBe(t.attemptId)
+        })
+        expect(Option.getOrThrow(loaded[6]!).task.id).toBe(tasks[0]!.taskId)
+        expect(Option.isNone(loaded[7]!)).toBe(true)
+        expect(Option.isNone(loaded[8]!)).toBe(true)
       }))
   })
 })
