@@ -104,7 +104,7 @@ export const taskTransitions = Metric.counter("task_transitions_total", {
 export const groupCommitBatchSize = Metric.histogram(
   "group_commit_batch_size",
   sizes,
-  "items written by one group-commit statement, by writer (task_store, inbox)"
+  "items written or read by one group-commit statement, by writer (task_store, inbox, stream_heads, task_loads)"
 )
 export const groupCommitSeconds = Metric.histogram(
   "group_commit_seconds",
