@@ -179,15 +179,19 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     })
   }).pipe(Effect.zipRight(Effect.sleep(heartbeat)), Effect.forever, Effect.forkScoped)
 
+  /** Ends a stream still open (a slice reaches it later; it leaves `open` on its close, counted there). */
+  const endOpen = (res: ServerResponse, frame?: string) => {
+    if (open.has(res) && !res.writableEnded) res.end(frame)
+  }
+
   // live notifications paused (DEGRADED_NOTIFY): every stream is told why, in an `event: mode` frame, and ended (a new
   // stream is refused with 503 naming the mode until pushes resume)
   yield* endStreamsWhileLivePaused(fence, (mode) => {
     const frame = `event: mode\ndata: ${JSON.stringify({ mode, live: false })}\n\n`
-    // each leaves `open` on its close (counted there)
-    return inSlices(open, (res) => open.has(res) && !res.writableEnded && res.end(frame))
+    return inSlices(open, (res) => endOpen(res, frame))
   })
 
   // shutting down: end every stream so that its client reconnects (to another runner) and resumes by cursor; a slice
   // at a time, as the heartbeat writes: ending 19,500 at once held the event loop for about a second of the handoff
-  yield* Effect.addFinalizer(() => inSlices(open, (res) => open.has(res) && !res.writableEnded && res.end()))
+  yield* Effect.addFinalizer(() => inSlices(open, (res) => endOpen(res)))
 }))

@@ -1,12 +1,6 @@
 import { Duration, Effect, Exit, FiberId, FiberSet, Metric } from "effect"
 import { groupCommitBatchSize, groupCommitSeconds } from "../observability/metrics.js"
 
-/** A writer's entry point: as an Effect, or (`offer`) for a caller outside Effect, told its item's exit. */
-export interface GroupCommit<I, O, E> {
-  (item: I): Effect.Effect<O, E>
-  readonly offer: (item: I, done: (exit: Exit.Exit<O, E>) => void) => void
-}
-
 /**
  * Natural batching for a write path: callers enqueue and wait; up to `parallelism` batches run at once, each taking
  * whatever is queued (up to `maxBatch`) as one batch. Under low load a batch holds one item (no added latency);
@@ -92,6 +86,5 @@ export const makeGroupCommit = <I, O, E>(options: {
       soon = true
       queueMicrotask(drain)
     }
-    const commit = (item: I): Effect.Effect<O, E> => Effect.async<O, E>((resume) => offer(item, resume))
-    return Object.assign(commit, { offer }) as GroupCommit<I, O, E>
+    return (item: I): Effect.Effect<O, E> => Effect.async<O, E>((resume) => offer(item, resume))
   })

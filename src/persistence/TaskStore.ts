@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Effect, Either, Metric, Option } from "effect"
+import { Effect, Either, Metric, Option, Schema } from "effect"
 import * as S from "../config/Settings.js"
 import type { TaskState } from "../domain/taskState.js"
 import type { Change } from "../domain/transition.js"
@@ -8,7 +8,7 @@ import { taskTransitions } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
 import { EventCursor } from "../schema/cursor.js"
 import { type StorageUnavailable, WriteFenced } from "../schema/errors.js"
-import type { AttemptId, TaskId } from "../schema/ids.js"
+import { type AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
 import { makeGroupCommit } from "./GroupCommit.js"
@@ -85,8 +85,11 @@ interface CommitRow {
 /** task_transitions_total by source and status (tagged once per pair: on every commit). */
 const transitionsCounter = seriesBy(taskTransitions, "source", "to")
 
-/** A task id PostgreSQL can read as a uuid: anything else is no task (and must not fail its batch-mates' read). */
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+/**
+ * A task id as the ids schema reads it (a UUID in lower case, as PostgreSQL answers it); anything else is no task, and
+ * must not fail its batch-mates' read.
+ */
+const canonicalTaskId = Schema.decodeUnknownOption(TaskId)
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
 
@@ -118,25 +121,23 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
       maxBatch: 500,
       run: (ids: ReadonlyArray<TaskId>) =>
         Effect.gen(function*() {
-          const wanted = [...new Set(ids.filter((id) => UUID.test(id)))]
+          const canonical = ids.map((id) => Option.getOrUndefined(canonicalTaskId(id)))
+          const wanted = [...new Set(canonical.filter((id) => id !== undefined))]
           const rows = wanted.length === 0 ? [] : yield* sql.unsafe<Record<string, any>>(
             `SELECT ${TASK_COLUMNS} FROM generation_tasks t JOIN projects p ON p.project_id = t.project_id
              WHERE t.id = ANY($1::uuid[])`,
             [wanted]
           )
-          // keyed as PostgreSQL writes a uuid (lowercase): an id asked for in capitals finds its task, as `=` did
           const tasks = new Map(rows.map((row) => [String(row.id), taskFromRow(row)] as const))
           const attemptIds = [...tasks.values()].flatMap((t) => t.currentAttemptId === null ? [] : [t.currentAttemptId])
           const attemptRows = attemptIds.length === 0
             ? []
             : yield* sql<Record<string, any>>`SELECT * FROM task_attempts WHERE id IN ${sql.in(attemptIds)}`
           const attempts = new Map(attemptRows.map((row) => [String(row.id), attemptFromRow(row)] as const))
-          return ids.map((id) => {
-            const task = tasks.get(id.toLowerCase())
+          return canonical.map((id) => {
+            const task = id === undefined ? undefined : tasks.get(id)
             if (task === undefined) return Option.none<TaskState>()
-            const attempt = task.currentAttemptId === null
-              ? null
-              : attempts.get(task.currentAttemptId.toLowerCase()) ?? null
+            const attempt = task.currentAttemptId === null ? null : attempts.get(task.currentAttemptId) ?? null
             return Option.some<TaskState>({ task, attempt })
           })
         })

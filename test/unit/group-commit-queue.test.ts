@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Scope } from "effect"
+import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import { makeGroupCommit } from "../../src/persistence/GroupCommit.js"
 
 // The batching itself, with no database: what goes together, and that every caller hears of its own item's fate
@@ -45,7 +45,7 @@ describe("group commit queue", () => {
       expect(Exit.isFailure(yield* Effect.exit(short(1)))).toBe(true)
     }))
 
-  it.effect("on shutdown, a running batch and the queued entries end interrupted (offer's callback hears it)", () =>
+  it.effect("on shutdown, a running batch and the queued entries end interrupted, and so does a later one", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
       const started = yield* Deferred.make<void>()
@@ -57,14 +57,15 @@ describe("group commit queue", () => {
           Effect.zipRight(Deferred.succeed(started, undefined), Effect.never)
             .pipe(Effect.as(items))
       }).pipe(Scope.extend(scope))
-      const heard: Array<Exit.Exit<number, never>> = []
-      commit.offer(1, (exit) => heard.push(exit))
+      const running = yield* Effect.fork(commit(1))
       yield* Deferred.await(started)
-      commit.offer(2, (exit) => heard.push(exit))
+      const queued = yield* Effect.fork(commit(2))
+      yield* Effect.yieldNow() // its item is queued behind the running batch
       yield* Scope.close(scope, Exit.void)
+      const heard: Array<Exit.Exit<number, never>> = [yield* Fiber.await(running), yield* Fiber.await(queued)]
       expect(heard).toHaveLength(2)
       expect(heard.every((e) => Exit.isInterrupted(e))).toBe(true)
-      commit.offer(3, (exit) => heard.push(exit))
+      heard.push(yield* Effect.exit(commit(3)))
       expect(heard).toHaveLength(3)
       expect(Exit.isInterrupted(heard[2]!)).toBe(true)
     }))
