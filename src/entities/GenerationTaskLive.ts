@@ -123,7 +123,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         // starting and stopping the lifecycle are one step each: a handler that starts it never sees it half-stopped
         const lifecycleLock = yield* Effect.makeSemaphore(1)
         let driving = false
-        let run = { settled: false }
+        let run = { settled: false, kept: false }
         const handle: TaskHandle = {
           taskId,
           current,
@@ -138,6 +138,14 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           },
           traceId: newTraceId(),
           granted: false,
+          stayAwake: Effect.suspend(() => {
+            if (run.kept) return Effect.void
+            run.kept = true
+            return Entity.keepAlive(true)
+          }).pipe(
+            Effect.provideService(Entity.CurrentAddress, address),
+            Effect.provideService(Sharding.Sharding, sharding)
+          ),
           settle: lifecycleLock.withPermits(1)(
             Effect.gen(function*() {
               if (changed.take()) return false
@@ -186,11 +194,10 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
             return lifecycle.parked.unpark(taskId)
           }
           driving = true
-          const thisRun = (run = { settled: false })
-          yield* Entity.keepAlive(true)
-          // after the keep-alive's write: a build interrupted while it waits leaves the task parked, not lost
-          lifecycle.parked.unpark(taskId)
-          yield* Effect.gen(function*() {
+          const thisRun = (run = { settled: false, kept: false })
+          // a task woken with a quota slot polls first without one (TaskHandle.stayAwake)
+          if (!handle.granted) yield* handle.stayAwake
+          const lifecycleRun = Effect.gen(function*() {
             yield* lifecycle.drive(handle)
             if (!thisRun.settled) yield* Entity.keepAlive(false)
           }).pipe(
@@ -201,7 +208,12 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
               if (!thisRun.settled) driving = false
             })),
             Effect.provideService(Entity.CurrentAddress, address),
-            Effect.forkIn(scope)
+            Effect.interruptible
+          )
+          // after the keep-alive's write, and with no interruption between: a build interrupted before leaves the task
+          // parked, not lost
+          yield* Effect.uninterruptible(
+            Effect.zipRight(Effect.sync(() => lifecycle.parked.unpark(taskId)), Effect.forkIn(lifecycleRun, scope))
           )
         }).pipe(Effect.provideService(Entity.CurrentAddress, address))
         const startLifecycle = lifecycleLock.withPermits(1)(startLifecycleLocked)
@@ -212,7 +224,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
          */
         const startUnlessParked = Effect.gen(function*() {
           if (driving || !lifecycle.parked.holds(taskId, yield* Clock.currentTimeMillis)) return yield* startLifecycle
-          run = { settled: true }
+          run = { settled: true, kept: false }
           yield* Metric.increment(plainWakesSkipped)
         })
         yield* startUnlessParked

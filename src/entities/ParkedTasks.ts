@@ -14,11 +14,31 @@ export const tasksParked = Metric.gauge("tasks_parked", {
   description: "polling tasks on this runner whose entity went idle, waiting in memory for their next poll"
 })
 
+export const tasksInQuotaLine = Metric.gauge("tasks_in_quota_line", {
+  description: "parked tasks on this runner whose poll is due, waiting for a provider quota slot"
+})
+
 export const plainWakesSkipped = Metric.counter("tasks_plain_wakes_skipped_total", {
   description: "Starts without a quota slot (the sweeper's, a resume) left unanswered because this runner holds the " +
     "task parked: its own wake comes with its slot",
   incremental: true
 })
+
+/** A scope's due tasks waiting for their quota slots (ParkedTasks.run). */
+interface Line {
+  readonly scope: QuotaScope
+  ids: Array<string>
+  head: number
+  workers: number
+}
+
+/**
+ * Fibers per quota scope taking slots for due tasks: each holds one reservation at a time, so this many slots are
+ * asked for at once, enough to keep up with a provider's rate whatever Redis' round trip.
+ */
+const WORKERS_PER_SCOPE = 16
+/** Starts sent with a slot and not answered yet, on the whole runner: a slow runner is not sent more and more. */
+const WAKES_IN_FLIGHT = 64
 
 /**
  * How long an entry vouches for its task (`holds`): past its due time, or in the quota's line, for longer than this
@@ -30,10 +50,11 @@ const VOUCHES_FOR_MS = 5 * 60_000
 /**
  * The runner's idle polling tasks (seed 12.8: a task waiting longer than TASK_IDLE_AFTER for its next poll lets its
  * entity go). One small entry per task (its due time and quota scope, ~100 bytes) instead of an entity, a fiber and
- * a timer (tens of KiB). `run` wakes them: every tick, those due within `lead` go in the provider quota's line, in
- * order of due time, each as a small fiber that sends Start only once its slot is granted: a task waiting for its
- * quota waits here (~1 KiB), not as an entity. Entries are filled by entities going idle and, on a shard acquired
- * by this runner, from next_poll_at in PostgreSQL (ResumeOnAcquire.ts).
+ * a timer (tens of KiB). `run` wakes them: every tick, those due within `lead` join their quota scope's line, in
+ * order of due time, and a few workers per scope take slots for them one by one, sending each its Start once its slot
+ * is granted: a task waiting for its quota waits here as an entry, not as an entity nor a fiber. While a scope's line
+ * is not empty, a task that just polled parks at once (`backlogged`: TaskLifecycle.ts). Entries are filled by entities
+ * going idle and, on a shard acquired by this runner, from next_poll_at in PostgreSQL (ResumeOnAcquire.ts).
  */
 export const makeParkedTasks = () => {
   const parked = new Map<string, Parked>()
@@ -66,8 +87,25 @@ export const makeParkedTasks = () => {
   }
 
   /**
-   * Wakes parked tasks until interrupted: every `tick` those due within `lead` wait for their quota slot
-   * (`acquire`), then are sent Start with the slot. `stillHere` drops tasks whose shard
+   * The due tasks of each quota scope (provider and tenant), in order of due time, waiting for one of the scope's
+   * workers to take a slot for them: plain entries, not a fiber each (a fiber waiting in the quota's line weighed
+   * ~10 KiB, and at 10,000 tasks under a 200/s quota most of them wait there).
+   */
+  const lines = new Map<string, Line>()
+  const scopeKey = (scope: QuotaScope) => `${scope.provider}\u0000${scope.tenantId}`
+  /**
+   * Whether due tasks of this scope wait here for a quota slot: the quota binds, so a task that just polled may as
+   * well wait for its next turn parked (it would only wait for it awake, in the same line).
+   */
+  const backlogged = (scope: QuotaScope) => {
+    const line = lines.get(scopeKey(scope))
+    return line !== undefined && line.head < line.ids.length
+  }
+
+  /**
+   * Wakes parked tasks until interrupted: every `tick` those due within `lead` join their scope's line, in order of
+   * due time. Up to `workers` fibers per scope each take the line's next task, wait for its quota slot (`acquire`),
+   * then send it Start with the slot (at most `wakes` in flight on the runner). `stillHere` drops tasks whose shard
    * this runner no longer holds (their new owner wakes them from next_poll_at).
    */
   const run = (options: {
@@ -76,22 +114,52 @@ export const makeParkedTasks = () => {
     readonly acquire: (scope: QuotaScope) => Effect.Effect<void>
     readonly wake: Wake
     readonly stillHere: (taskId: string) => boolean
+    readonly workers?: number
+    readonly wakes?: number
   }) =>
     Effect.gen(function*() {
       const leadMs = Duration.toMillis(options.lead)
+      const perScope = options.workers ?? WORKERS_PER_SCOPE
+      const inFlight = yield* Effect.makeSemaphore(options.wakes ?? WAKES_IN_FLIGHT)
       const scope = yield* Effect.scope
-      /** One due task: a small fiber waits in the quota's line for it (first come, first served), then wakes it. */
-      const wakeWithSlot = (taskId: string, entry: Parked) =>
+      /**
+       * Sends a task with its slot its Start. It stays in `queued` meanwhile, so that an entity built for that Start
+       * leaves its first poll to the Start's slot (holds). Not delivered (the shard moving, the runner stopping), and
+       * not woken otherwise meanwhile: looked at again in a second.
+       */
+      const deliver = (taskId: string, quotaScope: QuotaScope) =>
         Effect.gen(function*() {
-          if (!options.stillHere(taskId)) return void queued.delete(taskId)
-          yield* options.acquire(entry.scope)
-          // woken meanwhile by a webhook or a cancel: its entity took its own slot, and this one is spent
-          if (!queued.delete(taskId)) return
-          if (yield* options.wake(taskId)) return
-          // not delivered (the shard moving, the runner stopping): looked at again in a second
+          const delivered = yield* options.wake(taskId)
           const now = yield* Clock.currentTimeMillis
-          if (!parked.has(taskId)) parked.set(taskId, { dueAt: now + 1000, scope: entry.scope })
+          if (queued.delete(taskId) && !delivered && !parked.has(taskId)) {
+            parked.set(taskId, { dueAt: now + 1000, scope: quotaScope })
+          }
         })
+      /** One of a scope's workers: takes the line's tasks one by one (first come, first served) until it is empty. */
+      const worker = (key: string, line: Line) =>
+        Effect.gen(function*() {
+          while (line.head < line.ids.length) {
+            const taskId = line.ids[line.head++]!
+            if (line.head >= 1024 && line.head * 2 >= line.ids.length) {
+              line.ids = line.ids.slice(line.head)
+              line.head = 0
+            }
+            // woken meanwhile by a webhook or a cancel: its entity took its own slot
+            if (!queued.has(taskId)) continue
+            if (!options.stillHere(taskId)) {
+              queued.delete(taskId)
+              continue
+            }
+            yield* options.acquire(line.scope)
+            // woken while it waited for the slot: the slot is spent
+            if (!queued.has(taskId)) continue
+            yield* inFlight.take(1)
+            yield* deliver(taskId, line.scope).pipe(Effect.ensuring(inFlight.release(1)), Effect.forkIn(scope))
+          }
+        }).pipe(Effect.ensuring(Effect.sync(() => {
+          line.workers--
+          if (line.workers === 0 && line.head >= line.ids.length) lines.delete(key)
+        })))
       const look = Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const due: Array<[string, Parked]> = []
@@ -100,14 +168,24 @@ export const makeParkedTasks = () => {
         for (const [taskId, entry] of due) {
           parked.delete(taskId)
           queued.set(taskId, now)
-          yield* Effect.forkIn(wakeWithSlot(taskId, entry), scope)
+          const key = scopeKey(entry.scope)
+          let line = lines.get(key)
+          if (line === undefined) lines.set(key, line = { scope: entry.scope, ids: [], head: 0, workers: 0 })
+          line.ids.push(taskId)
+        }
+        for (const [key, line] of lines) {
+          while (line.workers < perScope && line.workers < line.ids.length - line.head) {
+            line.workers++
+            yield* Effect.forkIn(worker(key, line), scope)
+          }
         }
         yield* Metric.set(tasksParked, parked.size + queued.size)
+        yield* Metric.set(tasksInQuotaLine, queued.size)
       })
       yield* look.pipe(Effect.zipRight(Effect.sleep(options.tick)), Effect.forever)
     }).pipe(Effect.scoped)
 
-  return { park, unpark, holds, run, size: () => parked.size + queued.size } as const
+  return { park, unpark, holds, backlogged, run, size: () => parked.size + queued.size } as const
 }
 
 export type ParkedTasks = ReturnType<typeof makeParkedTasks>

@@ -1,10 +1,11 @@
 import { Singleton } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect } from "effect"
+import { Clock, Duration, Effect, Metric, Option } from "effect"
 import * as S from "../config/Settings.js"
 import { runPeriodically } from "../persistence/PeriodicLoop.js"
 import { QuotaSettings } from "../quota/ProviderQuota.js"
 import { TaskClient } from "./TaskClient.js"
+import { TaskLifecycle } from "./TaskLifecycle.js"
 import { wakeTasks } from "./wakeTasks.js"
 
 export const SweeperSettings = S.area("Sweeper", "waking tasks whose due work nobody is doing", {
@@ -15,6 +16,11 @@ export const SweeperSettings = S.area("Sweeper", "waking tasks whose due work no
     "10 seconds"
   ),
   batch: S.integer("SWEEP_BATCH", "tasks woken per sweep", 500, { min: 1 })
+})
+
+const sweepsHeld = Metric.counter("sweeper_tasks_held_here_total", {
+  description: "overdue tasks the sweeper found held parked or in the quota line by its own runner, and left there",
+  incremental: true
 })
 
 /** A due task and its place in the sweeper's order (its own step before polls, then by due time and id). */
@@ -83,6 +89,16 @@ export const SweeperLive = Singleton.make(
     const { maxWait: quotaWait } = yield* QuotaSettings.config
     const pollGraceSeconds = graceSeconds + Duration.toSeconds(quotaWait)
 
+    // on a runner that hosts tasks: those it holds parked or in its quota line are not sent a Start, which would
+    // build their entity only for it to find the task held (under a quota that cannot keep up, polls are late past
+    // the grace, and bench:polling's sweeps built 200 entities a second that way)
+    const lifecycle = yield* Effect.serviceOption(TaskLifecycle)
+    const notHeldHere = (ids: ReadonlyArray<string>, now: number) =>
+      Option.match(lifecycle, {
+        onNone: () => ids,
+        onSome: ({ parked }) => ids.filter((id) => !parked.holds(id, now))
+      })
+
     const due = duePage(sql, { batch, graceSeconds, pollGraceSeconds })
     /** Where the last sweep stopped in the due tasks' order: the next one goes on from there, to the end and round. */
     let after: DueRow | null = null
@@ -90,11 +106,13 @@ export const SweeperLive = Singleton.make(
       const rows = yield* due(after)
       // a short page is the end of the due tasks: the next sweep starts from the first again
       after = rows.length < batch ? null : rows[rows.length - 1]!
-      if (rows.length > 0) {
+      const ids = notHeldHere(rows.map((r) => r.id), yield* Clock.currentTimeMillis)
+      if (rows.length > ids.length) yield* Metric.incrementBy(sweepsHeld, rows.length - ids.length)
+      if (ids.length > 0) {
         yield* Effect.logInfo("sweeper waking tasks with overdue work").pipe(
-          Effect.annotateLogs({ count: rows.length })
+          Effect.annotateLogs({ count: ids.length, held_here: rows.length - ids.length })
         )
-        yield* wakeTasks(tasks, rows.map((r) => r.id), "sweeper")
+        yield* wakeTasks(tasks, ids, "sweeper")
       }
     })
     yield* runPeriodically({ interval, failure: "sweep failed", checks: [sweep] })

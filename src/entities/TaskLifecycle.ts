@@ -94,6 +94,15 @@ const isPolling = (s: TaskState) =>
     s.task.status === "cancel_requested")
 
 /**
+ * A poll step that ends at once, so its entity needs no keep-alive for it (TaskHandle.stayAwake): the poll a woken
+ * task was granted its slot for, or a look at a next poll not due yet (it answers how long to wait).
+ */
+const shortPoll = (h: TaskHandle, s: TaskState, now: number) =>
+  isPolling(s) &&
+  (h.granted ||
+    (h.scheduleMemo !== null && h.scheduleMemo.attemptId === s.attempt!.id && h.scheduleMemo.nextPollAt > now))
+
+/**
  * Drives one task from queued to a terminal state, as a fiber in its entity's scope: submits it (exactly once
  * per attempt, resolving unknown outcomes by lookup), polls the provider on the task's schedule, asks the
  * provider to cancel, fetches and checks the output. Every decision is a pure step (lifecycle.ts, transition.ts)
@@ -191,9 +200,11 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
           if (isTerminal(s.task.status) || s.task.status === "manual_review") return
           // READ_ONLY, MAINTENANCE: no provider query whose answer could not be written; looked at every second
           if (!(yield* fence.allows("polling"))) {
+            yield* h.stayAwake
             yield* h.waitForChange(1000)
             continue
           }
+          if (!shortPoll(h, s, yield* Clock.currentTimeMillis)) yield* h.stayAwake
           // each step (a submit, a poll round, an output fetch) is the work of a trace of its own
           const delay = yield* traced("TaskLifecycle.step", undefined, (traceId) => {
             h.traceId = traceId
@@ -206,16 +217,28 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
               )
             )
           })
-          if (delay === QUOTA_DEFERRED || (delay >= idleAfterMs && isPolling(s))) {
-            // the next poll is far (or its quota slot is): the runner remembers when, and the entity goes
+          const quotaScope = isPolling(s) ? { provider: s.attempt!.provider, tenantId: s.task.tenantId } : null
+          if (
+            delay === QUOTA_DEFERRED ||
+            (quotaScope !== null && (delay >= idleAfterMs || (delay > 0 && parked.backlogged(quotaScope))))
+          ) {
+            // the next poll is far, or its quota slot is (due tasks of its scope already wait for theirs here): the
+            // runner remembers when, and the entity goes
             const dueAt = (yield* Clock.currentTimeMillis) + Math.max(0, delay)
-            parked.park(h.taskId, { dueAt, scope: { provider: s.attempt!.provider, tenantId: s.task.tenantId } })
+            parked.park(h.taskId, {
+              dueAt,
+              scope: quotaScope ?? { provider: s.attempt!.provider, tenantId: s.task.tenantId }
+            })
             if (yield* h.settle) return yield* Effect.logDebug("task idle until its next poll")
             // a webhook or a cancel changed the task meanwhile: it stays awake
             parked.unpark(h.taskId)
             continue
           }
-          if (delay > 0) yield* h.waitForChange(delay)
+          if (delay > 0) {
+            // a woken task waiting out its wake lead before the poll it holds a slot for: short too
+            if (!(h.granted && quotaScope !== null)) yield* h.stayAwake
+            yield* h.waitForChange(delay)
+          }
         }
       }).pipe(
         Effect.catchAllCause((cause) => Effect.logError("task lifecycle stopped", cause)),

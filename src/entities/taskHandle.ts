@@ -34,6 +34,13 @@ export interface TaskHandle {
    * counts it as running; false if a webhook or a cancel changed the task meanwhile (keep driving).
    */
   readonly settle: Effect.Effect<boolean>
+  /**
+   * Holds the entity in memory while its lifecycle runs (a persisted keep-alive, written once per run). Every step
+   * asks for it but the poll a woken task was granted a slot for: that step is short, and while the provider's quota
+   * binds the task parks again right after it, so a wake costs no keep-alive write and no storage read. A cluster
+   * reaper stopping the entity during that poll parks the task again (GenerationTaskLive: parkIfStillHere).
+   */
+  readonly stayAwake: Effect.Effect<void>
   /** The trace id of the lifecycle step running now (each step, a poll round say, is a trace of its own). */
   traceId: string
 }

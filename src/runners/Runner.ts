@@ -147,7 +147,15 @@ export const layerRunnerWith = <E, R, A2, E2, R2>(
   return Layer.mergeAll(
     // the lifecycle is one layer value: memoized, so the resume (which parks idle tasks) shares the entities' instance
     when(has("entities"), Layer.mergeAll(InboxProcessorLive, ResumeOnAcquireLive).pipe(Layer.provide(lifecycle))),
-    when(has("singletons"), Layer.mergeAll(SweeperLive, ReconcilersLive, EventRetentionLive)),
+    // the sweeper leaves alone the tasks its own runner holds parked (the same lifecycle instance)
+    when(
+      has("singletons"),
+      Layer.mergeAll(
+        has("entities") ? SweeperLive.pipe(Layer.provide(lifecycle)) : SweeperLive,
+        ReconcilersLive,
+        EventRetentionLive
+      )
+    ),
     MetricsSamplerLive,
     propagation
   )

@@ -5,19 +5,28 @@ import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 const scope = { provider: "runway", tenantId: "t1" }
 
 /** The registry's waker on the TestClock: quota slots every `slotMs` (one line, first come first served). */
-const start = (options: { slotMs: number; delivered?: (id: string) => boolean; here?: (id: string) => boolean }) =>
+const start = (options: {
+  slotMs: number
+  delivered?: (id: string) => boolean
+  here?: (id: string) => boolean
+  workers?: number
+}) =>
   Effect.gen(function*() {
     const parked = makeParkedTasks()
     const woken: Array<{ id: string; at: number }> = []
+    const waiting = { now: 0, most: 0 }
     let nextSlot = 0
     const fiber = yield* Effect.fork(parked.run({
       tick: Duration.millis(100),
       lead: Duration.millis(500),
+      ...(options.workers === undefined ? {} : { workers: options.workers }),
       acquire: () =>
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           nextSlot = Math.max(nextSlot, now) + options.slotMs
+          waiting.most = Math.max(waiting.most, ++waiting.now)
           yield* Effect.sleep(Duration.millis(nextSlot - options.slotMs - now))
+          waiting.now--
         }),
       wake: (id) =>
         Effect.gen(function*() {
@@ -26,7 +35,7 @@ const start = (options: { slotMs: number; delivered?: (id: string) => boolean; h
         }),
       stillHere: (id) => options.here?.(id) ?? true
     }))
-    return { parked, woken, stop: Fiber.interrupt(fiber) }
+    return { parked, woken, waiting, stop: Fiber.interrupt(fiber) }
   })
 
 describe("parked (idle) tasks on the test clock", () => {
@@ -94,6 +103,28 @@ describe("parked (idle) tasks on the test clock", () => {
       // an entry that waited far longer than any line (its wake loop stopped) no longer vouches: the sweeper's Start
       // drives the task again
       expect(parked.holds("b", now + 10 * 60_000)).toBe(false)
+      yield* stop
+    }))
+
+  it.effect("a long line waits as entries: a few workers per scope hold slots, the rest are backlogged, in due order", () =>
+    Effect.gen(function*() {
+      const { parked, stop, waiting, woken } = yield* start({ slotMs: 100, workers: 4 })
+      const other = { provider: "runway", tenantId: "t2" }
+      for (let i = 0; i < 50; i++) parked.park(`t${i}`, { dueAt: 1_000 + i, scope })
+      parked.park("elsewhere", { dueAt: 1_000, scope: other })
+      expect(parked.backlogged(scope)).toBe(false)
+      yield* TestClock.adjust(Duration.millis(600))
+      // 51 due: 4 in the quota's line per scope (the other scope's one alone), the rest wait as entries
+      expect(parked.backlogged(scope)).toBe(true)
+      expect(parked.backlogged(other)).toBe(false)
+      yield* TestClock.adjust(Duration.millis(10_000))
+      expect(waiting.most).toBeLessThanOrEqual(5)
+      expect(woken.filter((w) => w.id !== "elsewhere").map((w) => w.id)).toEqual(
+        Array.from({ length: 50 }, (_, i) => `t${i}`)
+      )
+      expect(woken.length).toBe(51)
+      expect(parked.backlogged(scope)).toBe(false)
+      expect(parked.size()).toBe(0)
       yield* stop
     }))
 })
