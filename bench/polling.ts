@@ -14,6 +14,7 @@
  *   BENCH_TASKS (10000)  BENCH_QPS (200)  BENCH_WINDOW_S (120)  BENCH_IDLE (both | on | off)  BENCH_SUBMIT_TIMEOUT_S (300)
  *   BENCH_ADMIT (seed: tasks written in flight with their provider jobs | submit: admitted queued, submitted by the runner)
  *   BENCH_IDLE_QUOTA_WAIT (5 seconds: TASK_IDLE_QUOTA_WAIT of the idle run; the runner's default leaves it off)
+ *   BENCH_IDLE_AFTER (5 seconds: TASK_IDLE_AFTER of the idle run; the runner's default, 30 s, keeps running tasks awake)
  *   BENCH_HEAP_SNAPSHOTS (a folder: a heap snapshot at each live-heap reading; `node bench/heapSummary.mjs a b`)
  *   DATABASE_URL (admin URL)  REDIS_URL (optional)
  */
@@ -51,6 +52,14 @@ const IDLE_OFF = {
   TASK_IDLE_AFTER: "1000 hours",
   TASK_IDLE_QUOTA_WAIT: "1000 hours",
   TASK_ENTITY_IDLE_TIME: "5 minutes"
+}
+/**
+ * The idle run: a task parks whenever its next poll is 5 s away or more (running tasks poll every 5–15 s, so the
+ * runner's default of 30 s keeps every one of them awake, ~65 KiB each) or its quota slot is.
+ */
+const IDLE_ON = {
+  TASK_IDLE_AFTER: process.env.BENCH_IDLE_AFTER ?? "5 seconds",
+  TASK_IDLE_QUOTA_WAIT: process.env.BENCH_IDLE_QUOTA_WAIT ?? "5 seconds"
 }
 const BATCHES = 4
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
@@ -110,7 +119,7 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string,
     SWEEP_BATCH: String(QPS),
     MEMORY_PROBE_FILE: probeFile,
     MEMORY_PROBE_SNAPSHOTS: SNAPSHOTS,
-    ...(mode === "off" ? IDLE_OFF : { TASK_IDLE_QUOTA_WAIT: process.env.BENCH_IDLE_QUOTA_WAIT ?? "5 seconds" })
+    ...(mode === "off" ? IDLE_OFF : IDLE_ON)
   }, { nodeArgs: [...nodeArgs, ...probe] })
   return { child, httpPort, health }
 }
@@ -202,7 +211,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
     let health: RunnerHealth | undefined
     const db = new pg.Client({ connectionString: url.toString() })
     try {
-      console.log(`\n-- idle entities ${mode} --`)
+      console.log(`\n-- idle entities ${mode}: ${JSON.stringify(mode === "off" ? IDLE_OFF : IDLE_ON)} --`)
       const started = await startRunner(url.toString(), simUrl, objects, mode)
       runner = started.child
       health = started.health

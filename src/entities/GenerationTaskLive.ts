@@ -197,18 +197,20 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           const thisRun = (run = { settled: false, kept: false })
           // a task woken with a quota slot polls first without one (TaskHandle.stayAwake)
           if (!handle.granted) yield* handle.stayAwake
+          // forked from the uninterruptible step below: interruptible inside its cleanup, so that an interruption
+          // already pending when it starts still parks the task
           const lifecycleRun = Effect.gen(function*() {
             yield* lifecycle.drive(handle)
             if (!thisRun.settled) yield* Entity.keepAlive(false)
           }).pipe(
+            Effect.interruptible,
             // interrupted (the shard moves): the keep-alive stays unanswered, so the next owner resumes the task;
             // interrupted with the shard still here (the reaper): parked here
             Effect.onInterrupt(() => parkIfStillHere),
             Effect.ensuring(Effect.sync(() => {
               if (!thisRun.settled) driving = false
             })),
-            Effect.provideService(Entity.CurrentAddress, address),
-            Effect.interruptible
+            Effect.provideService(Entity.CurrentAddress, address)
           )
           // after the keep-alive's write, and with no interruption between: a build interrupted before leaves the task
           // parked, not lost
@@ -225,7 +227,8 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         const startUnlessParked = Effect.gen(function*() {
           if (driving || !lifecycle.parked.holds(taskId, yield* Clock.currentTimeMillis)) return yield* startLifecycle
           run = { settled: true, kept: false }
-          yield* Metric.increment(plainWakesSkipped)
+          // an entity built for the Start that brings the slot is not a plain wake
+          if (!lifecycle.parked.isDelivering(taskId)) yield* Metric.increment(plainWakesSkipped)
         })
         yield* startUnlessParked
         /**

@@ -27,7 +27,8 @@ export const plainWakesSkipped = Metric.counter("tasks_plain_wakes_skipped_total
 /** A scope's due tasks waiting for their quota slots (ParkedTasks.run). */
 interface Line {
   readonly scope: QuotaScope
-  ids: Array<string>
+  /** task ids with the token of their place (a task that left the line and joined it again holds only its last) */
+  entries: Array<readonly [string, number]>
   head: number
   workers: number
 }
@@ -59,14 +60,18 @@ const VOUCHES_FOR_MS = 5 * 60_000
 export const makeParkedTasks = () => {
   const parked = new Map<string, Parked>()
   /**
-   * Tasks taken out of `parked` and in line for a quota slot, with when they joined it; unpark removes them, and the
-   * taker skips them.
+   * Tasks taken out of `parked` and in line for a quota slot, with when they joined it and the token of their place
+   * in it; unpark removes them, and the workers skip them.
    */
-  const queued = new Map<string, number>()
+  const queued = new Map<string, { readonly since: number; readonly token: number }>()
+  /** Tasks a worker took a slot for, whose Start is on its way: still in hand (an entity built for it waits for it). */
+  const delivering = new Set<string>()
+  let tokens = 0
 
   const park = (taskId: string, entry: Parked) => {
     parked.set(taskId, entry)
     queued.delete(taskId)
+    delivering.delete(taskId)
   }
   /**
    * Whether this runner has the task in hand: parked until its next poll, or in the quota's line for it (joined
@@ -75,7 +80,8 @@ export const makeParkedTasks = () => {
    * asked for a slot, lost its place in the line and parked again, at the back (bench:polling).
    */
   const holds = (taskId: string, now: number) => {
-    const since = queued.get(taskId)
+    if (delivering.has(taskId)) return true
+    const since = queued.get(taskId)?.since
     if (since !== undefined) return now - since < VOUCHES_FOR_MS
     const entry = parked.get(taskId)
     return entry !== undefined && now - entry.dueAt < VOUCHES_FOR_MS
@@ -84,7 +90,10 @@ export const makeParkedTasks = () => {
   const unpark = (taskId: string) => {
     parked.delete(taskId)
     queued.delete(taskId)
+    delivering.delete(taskId)
   }
+  /** A worker took a slot for this task and its Start (with the slot) is on its way. */
+  const isDelivering = (taskId: string) => delivering.has(taskId)
 
   /**
    * The due tasks of each quota scope (provider and tenant), in order of due time, waiting for one of the scope's
@@ -99,7 +108,7 @@ export const makeParkedTasks = () => {
    */
   const backlogged = (scope: QuotaScope) => {
     const line = lines.get(scopeKey(scope))
-    return line !== undefined && line.head < line.ids.length
+    return line !== undefined && line.head < line.entries.length
   }
 
   /**
@@ -123,42 +132,44 @@ export const makeParkedTasks = () => {
       const inFlight = yield* Effect.makeSemaphore(options.wakes ?? WAKES_IN_FLIGHT)
       const scope = yield* Effect.scope
       /**
-       * Sends a task with its slot its Start. It stays in `queued` meanwhile, so that an entity built for that Start
+       * Sends a task with its slot its Start. It is `delivering` meanwhile, so that an entity built for that Start
        * leaves its first poll to the Start's slot (holds). Not delivered (the shard moving, the runner stopping), and
-       * not woken otherwise meanwhile: looked at again in a second.
+       * not woken nor parked otherwise meanwhile: looked at again in a second.
        */
       const deliver = (taskId: string, quotaScope: QuotaScope) =>
         Effect.gen(function*() {
           const delivered = yield* options.wake(taskId)
           const now = yield* Clock.currentTimeMillis
-          if (queued.delete(taskId) && !delivered && !parked.has(taskId)) {
+          if (delivering.delete(taskId) && !delivered && !parked.has(taskId) && !queued.has(taskId)) {
             parked.set(taskId, { dueAt: now + 1000, scope: quotaScope })
           }
         })
       /** One of a scope's workers: takes the line's tasks one by one (first come, first served) until it is empty. */
       const worker = (key: string, line: Line) =>
         Effect.gen(function*() {
-          while (line.head < line.ids.length) {
-            const taskId = line.ids[line.head++]!
-            if (line.head >= 1024 && line.head * 2 >= line.ids.length) {
-              line.ids = line.ids.slice(line.head)
+          while (line.head < line.entries.length) {
+            const [taskId, token] = line.entries[line.head++]!
+            if (line.head >= 1024 && line.head * 2 >= line.entries.length) {
+              line.entries = line.entries.slice(line.head)
               line.head = 0
             }
-            // woken meanwhile by a webhook or a cancel: its entity took its own slot
-            if (!queued.has(taskId)) continue
+            // woken meanwhile by a webhook or a cancel (its entity took its own slot), or in line again further on
+            if (queued.get(taskId)?.token !== token) continue
             if (!options.stillHere(taskId)) {
               queued.delete(taskId)
               continue
             }
             yield* options.acquire(line.scope)
             // woken while it waited for the slot: the slot is spent
-            if (!queued.has(taskId)) continue
+            if (queued.get(taskId)?.token !== token) continue
+            queued.delete(taskId)
+            delivering.add(taskId)
             yield* inFlight.take(1)
             yield* deliver(taskId, line.scope).pipe(Effect.ensuring(inFlight.release(1)), Effect.forkIn(scope))
           }
         }).pipe(Effect.ensuring(Effect.sync(() => {
           line.workers--
-          if (line.workers === 0 && line.head >= line.ids.length) lines.delete(key)
+          if (line.workers === 0 && line.head >= line.entries.length) lines.delete(key)
         })))
       const look = Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
@@ -167,25 +178,34 @@ export const makeParkedTasks = () => {
         due.sort((a, b) => a[1].dueAt - b[1].dueAt)
         for (const [taskId, entry] of due) {
           parked.delete(taskId)
-          queued.set(taskId, now)
+          const token = ++tokens
+          queued.set(taskId, { since: now, token })
           const key = scopeKey(entry.scope)
           let line = lines.get(key)
-          if (line === undefined) lines.set(key, line = { scope: entry.scope, ids: [], head: 0, workers: 0 })
-          line.ids.push(taskId)
+          if (line === undefined) lines.set(key, line = { scope: entry.scope, entries: [], head: 0, workers: 0 })
+          line.entries.push([taskId, token])
         }
         for (const [key, line] of lines) {
-          while (line.workers < perScope && line.workers < line.ids.length - line.head) {
+          while (line.workers < perScope && line.workers < line.entries.length - line.head) {
             line.workers++
             yield* Effect.forkIn(worker(key, line), scope)
           }
         }
-        yield* Metric.set(tasksParked, parked.size + queued.size)
+        yield* Metric.set(tasksParked, parked.size + queued.size + delivering.size)
         yield* Metric.set(tasksInQuotaLine, queued.size)
       })
       yield* look.pipe(Effect.zipRight(Effect.sleep(options.tick)), Effect.forever)
     }).pipe(Effect.scoped)
 
-  return { park, unpark, holds, backlogged, run, size: () => parked.size + queued.size } as const
+  return {
+    park,
+    unpark,
+    holds,
+    isDelivering,
+    backlogged,
+    run,
+    size: () => parked.size + queued.size + delivering.size
+  } as const
 }
 
 export type ParkedTasks = ReturnType<typeof makeParkedTasks>

@@ -124,6 +124,21 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const poller = makePoller({ clients, schedule, quota, breaker, config })
     const parked = makeParkedTasks()
     const idleAfterMs = Duration.toMillis(config.idleAfter)
+    /**
+     * How long a step may run without the entity's keep-alive: well within TASK_ENTITY_IDLE_TIME, after which the
+     * cluster's reaper may stop an entity with no message and no keep-alive. A short poll still running then (a slow
+     * provider, a cancel waiting for its slot) writes it: it is not stopped mid-query, its slot spent for nothing.
+     */
+    const shortMs = Math.min(2000, Duration.toMillis(config.entityIdleTime) / 2)
+    const keptAliveIfLong = <A, E>(short: boolean, work: Effect.Effect<A, E>, h: TaskHandle) =>
+      short
+        ? Effect.scoped(
+          Effect.zipRight(
+            Effect.forkScoped(Effect.delay(Effect.uninterruptible(h.stayAwake), Duration.millis(shortMs))),
+            work
+          )
+        )
+        : work
     const scaled = (seconds: number) => seconds * 1000 * config.policy.scale * (0.8 + Math.random() * 0.4)
     /** The one backoff from 1 s (scaled like every interval), for retry `n`, capped at `capSeconds`. */
     const retryDelay = (n: number, capSeconds: number) =>
@@ -204,11 +219,12 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             yield* h.waitForChange(1000)
             continue
           }
-          if (!shortPoll(h, s, yield* Clock.currentTimeMillis)) yield* h.stayAwake
+          const short = shortPoll(h, s, yield* Clock.currentTimeMillis)
+          if (!short) yield* h.stayAwake
           // each step (a submit, a poll round, an output fetch) is the work of a trace of its own
           const delay = yield* traced("TaskLifecycle.step", undefined, (traceId) => {
             h.traceId = traceId
-            return step(h, s).pipe(
+            return keptAliveIfLong(short, step(h, s), h).pipe(
               Effect.catchAllCause((cause) =>
                 Effect.as(
                   Effect.logWarning("lifecycle step failed; retrying", cause),
@@ -236,7 +252,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
           }
           if (delay > 0) {
             // a woken task waiting out its wake lead before the poll it holds a slot for: short too
-            if (!(h.granted && quotaScope !== null)) yield* h.stayAwake
+            if (!(h.granted && quotaScope !== null && delay < shortMs)) yield* h.stayAwake
             yield* h.waitForChange(delay)
           }
         }

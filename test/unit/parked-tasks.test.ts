@@ -127,4 +127,20 @@ describe("parked (idle) tasks on the test clock", () => {
       expect(parked.size()).toBe(0)
       yield* stop
     }))
+
+  it.effect("a task that left the line and joined it again keeps only its new place", () =>
+    Effect.gen(function*() {
+      const { parked, stop, woken } = yield* start({ slotMs: 1_000, workers: 1 })
+      parked.park("a", { dueAt: 0, scope })
+      parked.park("x", { dueAt: 1, scope })
+      parked.park("b", { dueAt: 2, scope })
+      yield* TestClock.adjust(Duration.millis(100))
+      // a holds the one worker's slot; x and b wait. A webhook wakes x, which parks again, due at once: it joins
+      // the line again, behind b
+      parked.unpark("x")
+      parked.park("x", { dueAt: 0, scope })
+      yield* TestClock.adjust(Duration.millis(10_000))
+      expect(woken.map((w) => w.id)).toEqual(["a", "b", "x"])
+      yield* stop
+    }))
 })
