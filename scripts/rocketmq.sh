@@ -116,9 +116,17 @@ ports_free() { # ports...: a RocketMQ of another ROCKETMQ_DIR (or anything else)
   done
 }
 
+# whether a process lives (a zombie, exited but not yet reaped by the shell that started it, does not)
+alive() { local state; state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) && [ -n "$state" ] && [ "$state" != Z ]; }
+
 listening() { # name class port: its own process listens (a JVM that died, e.g. on a taken port, fails at once)
-  running "$1" "$2" >/dev/null || die "$1 exited; $DATA/logs/$1.out ends with:
+  local pid
+  pid=$(cat "$DATA/$1.pid" 2>/dev/null)
+  [ -n "$pid" ] && alive "$pid" || die "$1 exited; $DATA/logs/$1.out ends with:
 $(tail -n 20 "$DATA/logs/$1.out")"
+  # just started: its command line may not be the JVM's yet (still the forked shell's, or setsid's), which `running`
+  # took for a dead process (a soak's RocketMQ restart failed so, its proxy.out showing only the last start)
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$2" || return 1
   port_open "$3"
 }
 
