@@ -233,17 +233,19 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
               )
             )
           })
-          const quotaScope = isPolling(s) ? { provider: s.attempt!.provider, tenantId: s.task.tenantId } : null
+          // only a polling task's step answers QUOTA_DEFERRED: it has an attempt and its provider's quota scope
+          const quotaScope = s.attempt === null ? null : { provider: s.attempt.provider, tenantId: s.task.tenantId }
+          const polling = quotaScope !== null && isPolling(s)
           if (
-            delay === QUOTA_DEFERRED ||
-            (quotaScope !== null && (delay >= idleAfterMs || (delay > 0 && parked.backlogged(quotaScope))))
+            (quotaScope !== null && delay === QUOTA_DEFERRED) ||
+            (polling && (delay >= idleAfterMs || (delay > 0 && parked.backlogged(quotaScope))))
           ) {
             // the next poll is far, or its quota slot is (due tasks of its scope already wait for theirs here): the
             // runner remembers when, and the entity goes
             const dueAt = (yield* Clock.currentTimeMillis) + Math.max(0, delay)
             parked.park(h.taskId, {
               dueAt,
-              scope: quotaScope ?? { provider: s.attempt!.provider, tenantId: s.task.tenantId }
+              scope: quotaScope
             })
             if (yield* h.settle) return yield* Effect.logDebug("task idle until its next poll")
             // a webhook or a cancel changed the task meanwhile: it stays awake
@@ -252,7 +254,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
           }
           if (delay > 0) {
             // a woken task waiting out its wake lead before the poll it holds a slot for: short too
-            if (!(h.granted && quotaScope !== null && delay < shortMs)) yield* h.stayAwake
+            if (!(h.granted && polling && delay < shortMs)) yield* h.stayAwake
             yield* h.waitForChange(delay)
           }
         }
