@@ -41,9 +41,10 @@ import submissionSlotAcquire from "../../migrations/0015_submission_slot_acquire
 import lateAttemptResults from "../../migrations/0016_late_attempt_results.js"
 import tokenRevocations from "../../migrations/0017_token_revocations.js"
 import * as S from "../config/Settings.js"
+import { OwnSessions } from "./OwnSessions.js"
 import { formatHost, parseDsn } from "./pgHosts.js"
 import { listenOnOwnClient } from "./pgListen.js"
-import { makePool } from "./pgPool.js"
+import { makePool, trackSessions } from "./pgPool.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -138,6 +139,7 @@ export const layerPostgres = (options: {
 }) => {
   const applicationName = options.applicationName ?? "task-control-plane"
   let ownListen: ((channel: string) => Stream.Stream<string, SqlError>) | undefined
+  let sessions: () => ReadonlyArray<number> = () => []
   return PgClient.layerFromPool({
     acquire: Effect.gen(function*() {
       const { link } = yield* Effect.orDie(DatabaseSettings.config)
@@ -182,6 +184,7 @@ export const layerPostgres = (options: {
         (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption("1 second"))
       )
       ownListen = listenOnOwnClient(pool)
+      sessions = trackSessions(pool)
       // as PgClient.layer does: a runner that cannot reach its database fails at start, within the bounds
       yield* Effect.tryPromise({
         try: () => pool.query("SELECT 1"),
@@ -198,7 +201,9 @@ export const layerPostgres = (options: {
       Effect.sync(() => {
         if (ownListen !== undefined) Object.assign(Context.get(context, PgClient.PgClient), { listen: ownListen })
       })
-    )
+    ),
+    // the pool's own sessions, for the shard-lock audit (OwnSessions.ts)
+    Layer.merge(Layer.succeed(OwnSessions, { pids: Effect.sync(() => sessions()) }))
   )
 }
 
@@ -338,7 +343,7 @@ const isAlive = (pid: number): boolean => {
 /** DATABASE_URL when set, else the embedded PGlite in EMBEDDED_DATA_DIR (default .data/pglite). */
 export const layerFromEnv = Layer.unwrapEffect(Effect.map(
   DatabaseSettings.config,
-  (c) =>
+  (c): Layer.Layer<Sql, SqlError> =>
     Option.match(c.url, {
       onNone: () => layerEmbedded(c.embeddedDataDir),
       onSome: (url) => layerPostgres({ url, maxConnections: c.poolSize })

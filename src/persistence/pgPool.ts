@@ -134,3 +134,22 @@ export const makePool = (options: {
   pool.on("error", () => {})
   return pool
 }
+
+/**
+ * The PostgreSQL backend pids of `pool`'s open connections, as they are now: every session this pool holds, lent or
+ * idle (the cluster's reserved shard-lock connection among them). pg sets a client's `processID` from the server's
+ * key data when it connects; pg-pool says `connect` when a client joins and `remove` when it leaves.
+ */
+export const trackSessions = (pool: pg.Pool): () => ReadonlyArray<number> => {
+  const open = new Set<Pg.PoolClient>()
+  pool.on("connect", (client) => open.add(client))
+  pool.on("remove", (client) => open.delete(client))
+  return () => {
+    const pids: Array<number> = []
+    for (const client of open) {
+      const pid = (client as { readonly processID?: unknown }).processID
+      if (typeof pid === "number") pids.push(pid)
+    }
+    return pids
+  }
+}

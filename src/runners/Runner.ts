@@ -8,6 +8,7 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Layer, Metric, Stream } from "effect"
 import * as Bus from "../bus/NotificationBus.js"
 import { RunnerControls } from "../cluster/RunnerControls.js"
+import { ShardLockAuditLive } from "../cluster/ShardLockAudit.js"
 import { GenerationTaskLive } from "../entities/GenerationTaskLive.js"
 import { ReconcilersLive } from "../entities/Reconcilers.js"
 import { ResumeOnAcquireLive } from "../entities/ResumeOnAcquire.js"
@@ -147,6 +148,8 @@ export const layerRunnerWith = <E, R, A2, E2, R2>(
   return Layer.mergeAll(
     // the lifecycle is one layer value: memoized, so the resume (which parks idle tasks) shares the entities' instance
     when(has("entities"), Layer.mergeAll(InboxProcessorLive, ResumeOnAcquireLive).pipe(Layer.provide(lifecycle))),
+    // shard locks its own sessions hold for shards it does not serve are freed (src/cluster/ShardLockAudit.ts)
+    when(has("entities"), ShardLockAuditLive),
     // the sweeper leaves alone the tasks its own runner holds parked (the same lifecycle instance)
     when(
       has("singletons"),

@@ -1,0 +1,66 @@
+import { ShardId, Sharding } from "@effect/cluster"
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Duration, Effect, Layer, Metric, Schedule } from "effect"
+import { orphanedLocks as orphaned } from "../../src/cluster/ShardLockAudit.js"
+import { layerTestDatabase, noDatabase } from "../support/database.js"
+import { scaledDuration } from "../support/env.js"
+import { layerTestRunner, quietLogs } from "../support/runner.js"
+
+/** Shard 7 of the "default" group (the only one): advisory lock 1,000,007 in SqlRunnerStorage's numbering. */
+const SHARD = ShardId.make("default", 7)
+const SHARD_LOCK = 1_000_007
+
+/** The pid of the session this layer leaves holding SHARD's lock: in the runner's own pool, as a leaked one would. */
+let leakedPid = 0
+
+/**
+ * A connection of the runner's own pool, taken before the runner starts, that locks SHARD and keeps it: what a lock
+ * connection returned to the pool with its locks (ShardLockAudit.ts) is, a session of this process holding a shard's
+ * lock that no runner can then take.
+ */
+const layerLeakedLock = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const conn = yield* sql.reserve
+    const [[pid]] = yield* conn.executeValues("SELECT pg_backend_pid()", []) as Effect.Effect<Array<Array<number>>>
+    leakedPid = pid!
+    yield* conn.executeRaw(`SELECT pg_advisory_lock(${SHARD_LOCK})`, [])
+  }).pipe(Effect.orDie)
+)
+
+describe.skipIf(noDatabase)("shard-lock audit", () => {
+  it.live(
+    "a session of the runner's own pool holding the lock of a shard it cannot serve is ended, and the shard served",
+    () =>
+      Effect.gen(function*() {
+        const sharding = yield* Sharding.Sharding
+        const sql = yield* SqlClient.SqlClient
+        const before = (yield* Metric.value(orphaned)).count
+        // the runner takes every other shard; this one is locked by its own leaked session
+        yield* Effect.suspend(() => sharding.hasShardId(ShardId.make("default", 8)) ? Effect.void : Effect.fail("no"))
+          .pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo(scaledDuration("30 seconds")))))
+        expect(sharding.hasShardId(SHARD)).toBe(false)
+
+        // the audit ends that session after the lock expiration, and the runner then locks and serves the shard
+        yield* Effect.suspend(() => sharding.hasShardId(SHARD) ? Effect.void : Effect.fail("not served yet"))
+          .pipe(Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo(scaledDuration("60 seconds")))))
+        const sessions = yield* sql<
+          { n: number }
+        >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${leakedPid}`
+        expect(sessions[0]!.n).toBe(0)
+        expect((yield* Metric.value(orphaned)).count - before).toBe(1)
+        // the runner's lock connection (holding served shards) is left alone: every shard stays served
+        const held = yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid BETWEEN 1000001 AND 1000300`
+        expect(held[0]!.n).toBe(300)
+      }).pipe(
+        Effect.provide(
+          layerTestRunner(layerLeakedLock.pipe(Layer.provideMerge(layerTestDatabase())), {
+            settings: { SHARD_LOCK_EXPIRATION: "3 seconds", SHARD_LOCK_REFRESH_INTERVAL: "1 second" }
+          }).pipe(Layer.provide(quietLogs))
+        )
+      ),
+    { timeout: Duration.toMillis(scaledDuration("120 seconds")) }
+  )
+})
