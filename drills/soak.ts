@@ -252,6 +252,15 @@ const main = async () => {
       600_000
     ).catch(async (e) => {
       problems.push(String(e))
+      // what each runner serves beside the shard locks held, by session: a lock no runner serves leaves tasks stuck
+      const locks = (await s.db.query(
+        `SELECT pid, count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted GROUP BY pid`
+      ).catch(() => ({ rows: [] }))).rows
+      for (const r of s.runners) {
+        const shards = await s.metric(r, "effect_cluster_shards").catch(() => NaN)
+        log(`runner ${r.name}: serves ${shards} shards`)
+      }
+      log(`advisory locks by session: ${JSON.stringify(locks)}`)
       return performance.now() - lastFault
     })
     mark(`converged ${(converged / 1000).toFixed(0)} s after the last fault`)
@@ -346,7 +355,15 @@ const main = async () => {
           clients.reduce((n, c) => n + c.reconnects, 0)
         } reconnects, ${resets} resets)`
       ],
-      ["acknowledged callbacks lost", `${lostCallbacks} of ${acked.length}`]
+      ["acknowledged callbacks lost", `${lostCallbacks} of ${acked.length}`],
+      [
+        "shard locks freed by the audit (the runners' last processes)",
+        String(
+          await Promise.all(s.runners.map((r) => s.metric(r, "shard_locks_orphaned_total").catch(() => 0))).then(
+            (ns) => ns.reduce((a, b) => a + b, 0)
+          )
+        )
+      ]
     ]
     console.log(`\n| soak | |\n|---|---|\n${rows.map(([k, v]) => `| ${k} | ${v} |`).join("\n")}`)
     fs.writeFileSync("drills/soak.svg", soakChart({ durationMs: DURATION_MS + converged, created, latencies, marks }))
