@@ -16,6 +16,8 @@
  *   BENCH_IDLE_QUOTA_WAIT (5 seconds: TASK_IDLE_QUOTA_WAIT of the idle run; the runner's default leaves it off)
  *   BENCH_IDLE_AFTER (5 seconds: TASK_IDLE_AFTER of the idle run; the runner's default, 30 s, keeps running tasks awake)
  *   BENCH_HEAP_SNAPSHOTS (a folder: a heap snapshot at each live-heap reading; `node bench/heapSummary.mjs a b`)
+ *   BENCH_PROCESSES (1: runner processes on the same database, sharing the quota through REDIS_URL; with 2 the live
+ *   heap is each runner's and the rates, entities and CPU are their sums)
  *   DATABASE_URL (admin URL)  REDIS_URL (optional)
  */
 import { FetchHttpClient } from "@effect/platform"
@@ -62,6 +64,11 @@ const IDLE_ON = {
   TASK_IDLE_QUOTA_WAIT: process.env.BENCH_IDLE_QUOTA_WAIT ?? "5 seconds"
 }
 const BATCHES = 4
+const PROCESSES = Number(process.env.BENCH_PROCESSES ?? 1)
+if (!(PROCESSES >= 1) || (PROCESSES > 1 && process.env.REDIS_URL === undefined)) {
+  console.error("BENCH_PROCESSES: 1 or more, and more than 1 only with REDIS_URL (the quota is shared through Redis)")
+  process.exit(2)
+}
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
 const mib = (kib: number) => (kib / 1024).toFixed(0)
@@ -76,27 +83,48 @@ const usage = (pid: number) => {
 
 /** A folder: the runner writes a heap snapshot there at each live-heap reading (bench/heapSummary.mjs reads them). */
 const SNAPSHOTS = process.env.BENCH_HEAP_SNAPSHOTS ?? ""
-const probeFile = path.join(os.tmpdir(), `bench-polling-memory-${process.pid}.json`)
+const probeFile = (runner: number) => path.join(os.tmpdir(), `bench-polling-memory-${process.pid}-${runner}.json`)
 
 /** The runner's live heap after a full GC (bench/memoryProbe.mjs answers SIGUSR2), in KiB. */
-const liveHeap = async (pid: number) => {
-  fs.rmSync(probeFile, { force: true })
+const liveHeap = async (pid: number, runner: number) => {
+  const file = probeFile(runner)
+  fs.rmSync(file, { force: true })
   process.kill(pid, "SIGUSR2")
   // a heap snapshot first (BENCH_HEAP_SNAPSHOTS) takes tens of seconds
   const tries = SNAPSHOTS === "" ? 100 : 3000
-  for (let i = 0; i < tries && !fs.existsSync(probeFile); i++) await sleep(100)
+  for (let i = 0; i < tries && !fs.existsSync(file); i++) await sleep(100)
   await sleep(100)
-  return JSON.parse(fs.readFileSync(probeFile, "utf8")).heapUsed / 1024
+  return JSON.parse(fs.readFileSync(file, "utf8")).heapUsed / 1024
 }
 
-/** A gauge's value (summed over its label sets) from the runner's /metrics. */
-const gauge = async (httpPort: number, name: string) => {
-  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
-  return text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
-    .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+/** Every runner's live heap (KiB), in order. */
+const liveHeaps = async (pids: ReadonlyArray<number>) => {
+  const heaps: Array<number> = []
+  for (const [i, pid] of pids.entries()) heaps.push(await liveHeap(pid, i))
+  return heaps
+}
+const sum = (xs: ReadonlyArray<number>) => xs.reduce((a, b) => a + b, 0)
+const max = (xs: ReadonlyArray<number>) => Math.max(...xs)
+
+/** A gauge's value (summed over its label sets, and over the runners) from the runners' /metrics. */
+const gauge = async (httpPorts: ReadonlyArray<number>, name: string) => {
+  let total = 0
+  for (const httpPort of httpPorts) {
+    const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
+    total += text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
+      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+  }
+  return total
 }
 
-const startRunner = async (databaseUrl: string, simUrl: string, objects: string, mode: Mode) => {
+const startRunner = async (
+  databaseUrl: string,
+  simUrl: string,
+  objects: string,
+  mode: Mode,
+  prefix: string,
+  index: number
+) => {
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
   const probe = ["--expose-gc", "--import", "./bench/memoryProbe.mjs"]
   const { child, health, httpPort } = await startRunnerProcess({
@@ -109,7 +137,7 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string,
     QUOTA_RUNWAY_QPS: String(QPS),
     QUOTA_TENANT_QPS: String(QPS * 10),
     QUOTA_GLOBAL_QPS: String(QPS * 10),
-    REDIS_KEY_PREFIX: `bench-${Date.now().toString(36)}:`,
+    REDIS_KEY_PREFIX: prefix,
     SUBMIT_CONCURRENCY: String(TASKS * 2),
     OBJECT_STORE_DIR: objects,
     SWEEP_INTERVAL: "1 second",
@@ -117,7 +145,7 @@ const startRunner = async (databaseUrl: string, simUrl: string, objects: string,
     // as many a second as the provider's quota lets submit: a sweep of 1,000 woke 2,500 tasks within two seconds, and
     // their queries waited on the 20 pooled connections past DB_CONNECT_TIMEOUT (1,310 of 2,500 submitted in 300 s)
     SWEEP_BATCH: String(QPS),
-    MEMORY_PROBE_FILE: probeFile,
+    MEMORY_PROBE_FILE: probeFile(index),
     MEMORY_PROBE_SNAPSHOTS: SNAPSHOTS,
     ...(mode === "off" ? IDLE_OFF : IDLE_ON)
   }, { nodeArgs: [...nodeArgs, ...probe] })
@@ -207,19 +235,30 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
     const url = new URL(adminUrl)
     url.pathname = `/${name}`
     const objects = fs.mkdtempSync(path.join(os.tmpdir(), "bench-polling-"))
-    let runner: ChildProcess | undefined
-    let health: RunnerHealth | undefined
+    const runners: Array<ChildProcess> = []
+    const healths: Array<RunnerHealth> = []
     const db = new pg.Client({ connectionString: url.toString() })
     try {
-      console.log(`\n-- idle entities ${mode}: ${JSON.stringify(mode === "off" ? IDLE_OFF : IDLE_ON)} --`)
-      const started = await startRunner(url.toString(), simUrl, objects, mode)
-      runner = started.child
-      health = started.health
-      const pid = runner.pid!
+      console.log(
+        `\n-- idle entities ${mode}: ${JSON.stringify(mode === "off" ? IDLE_OFF : IDLE_ON)}, ${PROCESSES} runner ` +
+          `process(es) --`
+      )
+      const prefix = `bench-${Date.now().toString(36)}:`
+      const ports: Array<number> = []
+      for (let i = 0; i < PROCESSES; i++) {
+        const started = await startRunner(url.toString(), simUrl, objects, mode, prefix, i)
+        runners.push(started.child)
+        healths.push(started.health)
+        ports.push(started.httpPort)
+      }
+      const pids = runners.map((r) => r.pid!)
+      /** The runners' CPU time summed, each one's RSS and live heap. */
+      const usages = () => pids.map(usage)
       await db.connect()
       await sleep(3000)
-      const idle = { ...usage(pid), heapKiB: await liveHeap(pid) }
-      console.log(`runner idle: RSS ${mib(idle.rssKiB)} MiB, live heap ${mib(idle.heapKiB)} MiB`)
+      const idleHeaps = await liveHeaps(pids)
+      const idle = { rssKiB: max(usages().map((u) => u.rssKiB)), heapKiB: max(idleHeaps) }
+      console.log(`runner idle: RSS ${mib(idle.rssKiB)} MiB, live heap ${idleHeaps.map(mib).join(" / ")} MiB`)
       const project = crypto.randomUUID()
       const tenant = crypto.randomUUID()
       await db.query(`INSERT INTO projects (project_id, tenant_id, stream_epoch) VALUES ($1, $2, 1)`, [project, tenant])
@@ -234,8 +273,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         // quota's line: a line longer than the quota lets through would take minutes to poll each once)
         const inHand = async () =>
           (await untouched(db)) === 0 ||
-          (await gauge(started.httpPort, "effect_cluster_entities")) +
-                (await gauge(started.httpPort, "tasks_parked")) >=
+          (await gauge(ports, "effect_cluster_entities")) + (await gauge(ports, "tasks_parked")) >=
             target
         while (ADMIT === "seed" ? !(await inHand()) : (await inFlight(db)) < target) {
           if (Date.now() - batchStart > SUBMIT_TIMEOUT_S * 1000) {
@@ -245,18 +283,21 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         }
         const submitS = (Date.now() - batchStart) / 1000
         await sleep(10_000)
-        const u = { ...usage(pid), heapKiB: await liveHeap(pid) }
+        const heaps = await liveHeaps(pids)
+        const u = { rssKiB: max(usages().map((x) => x.rssKiB)), heapKiB: max(heaps) }
         growth.push({ tasks: target, rssKiB: u.rssKiB, heapKiB: u.heapKiB })
         console.log(
-          `${target} tasks in flight (batch submitted in ${submitS.toFixed(1)} s): live heap ${mib(u.heapKiB)} MiB ` +
-            `(${((u.heapKiB - idle.heapKiB) / target).toFixed(1)} KiB per task over idle), RSS ${mib(u.rssKiB)} MiB`
+          `${target} tasks in flight (batch submitted in ${submitS.toFixed(1)} s): live heap ${
+            heaps.map(mib).join(" / ")
+          } MiB (${((sum(heaps) - sum(idleHeaps)) / target).toFixed(1)} KiB per task over idle, all runners), ` +
+            `RSS ${mib(u.rssKiB)} MiB (largest runner)`
         )
       }
       console.log("warming up 20 s ...")
       await sleep(20_000)
       const windowStart = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
       const q0 = sim.stats.queries
-      const u0 = usage(pid)
+      const u0 = sum(usages().map((u) => u.cpuSeconds))
       const lateness: Array<number> = []
       const buckets: Array<number> = []
       const entities: Array<number> = []
@@ -267,8 +308,8 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         await sleep(5000)
         buckets.push((sim.stats.queries - lastQueries) / 5)
         lastQueries = sim.stats.queries
-        entities.push(await gauge(started.httpPort, "effect_cluster_entities"))
-        parked.push(await gauge(started.httpPort, "tasks_parked"))
+        entities.push(await gauge(ports, "effect_cluster_entities"))
+        parked.push(await gauge(ports, "tasks_parked"))
         const now = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
         const rows = await db.query(
           `SELECT last_poll_lateness_ms AS l FROM task_attempts WHERE last_polled_at > $1 AND last_polled_at <= $2`,
@@ -277,8 +318,10 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         for (const r of rows.rows) lateness.push(Number(r.l))
         prev = now
       }
-      const u1 = usage(pid)
-      const heapKiB = await liveHeap(pid)
+      const u1 = sum(usages().map((u) => u.cpuSeconds))
+      const rss1 = max(usages().map((u) => u.rssKiB))
+      const heaps = await liveHeaps(pids)
+      const heapKiB = max(heaps)
       const rate = (sim.stats.queries - q0) / WINDOW_S
       const starved = await db.query(
         `SELECT count(*) FILTER (WHERE last_polled_at IS NULL OR last_polled_at < $1)::int AS never,
@@ -286,14 +329,16 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
          FROM task_attempts WHERE submit_state IN ('SUBMITTED', 'RUNNING')`,
         [windowStart]
       )
-      const cpu = ((u1.cpuSeconds - u0.cpuSeconds) / WINDOW_S) * 100
+      const cpu = ((u1 - u0) / WINDOW_S) * 100
       const within = buckets.filter((r) => Math.abs(r - QPS) <= QPS * 0.05).length
       console.log(
-        `\n== bench:polling, idle entities ${mode}: ${TASKS} tasks in flight, provider quota ${QPS}/s, ${WINDOW_S} s ==`
+        `\n== bench:polling, idle entities ${mode}: ${TASKS} tasks in flight on ${PROCESSES} runner process(es), ` +
+          `provider quota ${QPS}/s, ${WINDOW_S} s ==`
       )
       console.log(
-        `live heap after the window: ${mib(heapKiB)} MiB (${((heapKiB - idle.heapKiB) / TASKS).toFixed(1)} KiB ` +
-          `per task over the idle runner's ${mib(idle.heapKiB)} MiB; goal ≤ 200 MiB)`
+        `live heap after the window: ${heaps.map(mib).join(" / ")} MiB (${
+          ((sum(heaps) - sum(idleHeaps)) / TASKS).toFixed(1)
+        } KiB per task over the idle runners' ${idleHeaps.map(mib).join(" / ")} MiB; goal ≤ 200 MiB on one runner)`
       )
       console.log(
         `entities in memory (5 s samples): median ${percentile(entities, 50)}, max ${Math.max(...entities)}; ` +
@@ -314,7 +359,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         `starvation: ${starved.rows[0].never} tasks not polled in the window; ` +
           `longest since a task's last poll ${Number(starved.rows[0].oldest_s).toFixed(1)} s`
       )
-      console.log(`runner CPU: ${cpu.toFixed(0)}% of one core; RSS ${mib(u1.rssKiB)} MiB`)
+      console.log(`runner CPU: ${cpu.toFixed(0)}% of one core (all runners); RSS ${mib(rss1)} MiB (largest runner)`)
       const perTask = (f: (g: (typeof growth)[number]) => number) =>
         ((f(growth.at(-1)!) - f(growth[0]!)) / (growth.at(-1)!.tasks - growth[0]!.tasks)).toFixed(1)
       console.log(
@@ -324,19 +369,18 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
           perTask((g) => g.rssKiB)
         } KiB`
       )
-      console.log(healthLine([health.stop()]))
-      health = undefined
+      console.log(healthLine(healths.splice(0).map((h) => h.stop())))
       return {
         mode,
         idleHeapKiB: idle.heapKiB,
         heapKiB,
-        perTaskKiB: (heapKiB - idle.heapKiB) / TASKS,
+        perTaskKiB: (sum(heaps) - sum(idleHeaps)) / TASKS,
         withinBuckets: within,
         buckets: buckets.length
       }
     } finally {
-      health?.stop()
-      if (runner !== undefined) await stopProcess(runner, "SIGTERM")
+      for (const h of healths) h.stop()
+      for (const r of runners) await stopProcess(r, "SIGTERM")
       await db.end().catch(() => undefined)
       await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
       await admin.end()
