@@ -15,8 +15,10 @@ import { OwnSessions } from "../persistence/OwnSessions.js"
  * runner restart beside a PostgreSQL restart: 150 of 300 shards held by a runner that served none, 37 tasks stuck.
  *
  * So every AUDIT_EVERY this runner lists the shard locks its own sessions hold (OwnSessions: its pool's backend
- * pids). A session whose shard locks are all of shards this runner does not serve, and has been so for at least the
+ * pids). A session whose shard locks are all of shards this runner does not serve, and has been so for twice the
  * lock expiration, is ended with `pg_terminate_backend`: its locks go with it, and the shards are assigned as usual.
+ * Twice, so that a release the library is still working through (its entities stopping) is not cut short: a handoff
+ * takes seconds.
  * The cluster's lock connection holds the locks of the shards it serves, so it is never such a session while it
  * serves any; a lock connection whose release of every shard is stuck that long is ended too (the library would keep
  * re-locking them on every refresh), as a lock would lapse.
@@ -28,7 +30,7 @@ const LOCK_GROUP_BASE = 1_000_000
 
 export const orphanedLocks = Metric.counter("shard_locks_orphaned_total", {
   description: "shard locks this runner's own PostgreSQL sessions held for shards it did not serve, for at least " +
-    "the lock expiration, freed by ending the session that held them",
+    "twice the lock expiration, freed by ending the session that held them",
   incremental: true
 })
 const unservedLocks = Metric.gauge("shard_locks_unserved", {
@@ -74,7 +76,7 @@ const audit = Effect.gen(function*() {
   const config = yield* ShardingConfig.ShardingConfig
   const own = yield* OwnSessions
   const groups = Array.from(ShardingConfig.shardGroupConfig(config).available)
-  const expiration = Duration.toMillis(Duration.decode(config.shardLockExpiration))
+  const patience = 2 * Duration.toMillis(Duration.decode(config.shardLockExpiration))
   /** Sessions found holding only unserved shard locks, since when (epoch ms). */
   let suspects = new Map<number, number>()
 
@@ -118,7 +120,7 @@ const audit = Effect.gen(function*() {
     const next = new Map<number, number>()
     for (const [pid, shards] of unserved) {
       const since = suspects.get(pid) ?? now
-      if (now - since >= expiration) yield* end(pid, shards, now - since)
+      if (now - since >= patience) yield* end(pid, shards, now - since)
       else next.set(pid, since)
     }
     suspects = next

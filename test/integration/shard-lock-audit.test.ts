@@ -42,7 +42,7 @@ describe.skipIf(noDatabase)("shard-lock audit", () => {
           .pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo(scaledDuration("30 seconds")))))
         expect(sharding.hasShardId(SHARD)).toBe(false)
 
-        // the audit ends that session after the lock expiration, and the runner then locks and serves the shard
+        // the audit ends that session after twice the lock expiration, and the runner then locks and serves the shard
         yield* Effect.suspend(() => sharding.hasShardId(SHARD) ? Effect.void : Effect.fail("not served yet"))
           .pipe(Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo(scaledDuration("60 seconds")))))
         const sessions = yield* sql<
