@@ -52,7 +52,9 @@ describe.skipIf(noDatabase)("shard-lock audit", () => {
         expect((yield* Metric.value(orphaned)).count - before).toBe(1)
         // the runner's lock connection (holding served shards) is left alone: every shard stays served
         const held = yield* sql<{ n: number }>`
-          SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid BETWEEN 1000001 AND 1000300`
+          SELECT count(*)::int AS n FROM pg_locks
+          WHERE locktype = 'advisory' AND granted AND objid BETWEEN 1000001 AND 1000300
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
         expect(held[0]!.n).toBe(300)
       }).pipe(
         Effect.provide(
