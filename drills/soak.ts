@@ -359,9 +359,10 @@ const main = async () => {
       [
         "shard locks freed by the audit (the runners' last processes)",
         String(
-          await Promise.all(s.runners.map((r) => s.metric(r, "shard_locks_orphaned_total").catch(() => 0))).then(
-            (ns) => ns.reduce((a, b) => a + b, 0)
-          )
+          await Promise.all(s.runners.map((r) => s.metric(r, "cluster_shard_locks_orphaned_total").catch(() => 0)))
+            .then(
+              (ns) => ns.reduce((a, b) => a + b, 0)
+            )
         )
       ]
     ]

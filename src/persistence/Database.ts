@@ -44,7 +44,7 @@ import * as S from "../config/Settings.js"
 import { OwnSessions } from "./OwnSessions.js"
 import { formatHost, parseDsn } from "./pgHosts.js"
 import { listenOnOwnClient } from "./pgListen.js"
-import { makePool, trackSessions } from "./pgPool.js"
+import { makePool, type PoolSession, trackSessions } from "./pgPool.js"
 
 // int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
 const INT8_OID = 20
@@ -139,7 +139,7 @@ export const layerPostgres = (options: {
 }) => {
   const applicationName = options.applicationName ?? "task-control-plane"
   let ownListen: ((channel: string) => Stream.Stream<string, SqlError>) | undefined
-  let sessions: () => ReadonlyArray<number> = () => []
+  let sessions: () => ReadonlyArray<PoolSession> = () => []
   return PgClient.layerFromPool({
     acquire: Effect.gen(function*() {
       const { link } = yield* Effect.orDie(DatabaseSettings.config)
@@ -203,7 +203,7 @@ export const layerPostgres = (options: {
       })
     ),
     // the pool's own sessions, for the shard-lock audit (OwnSessions.ts)
-    Layer.merge(Layer.succeed(OwnSessions, { pids: Effect.sync(() => sessions()) }))
+    Layer.merge(Layer.succeed(OwnSessions, { sessions: Effect.sync(() => sessions()) }))
   )
 }
 

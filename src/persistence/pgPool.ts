@@ -135,21 +135,39 @@ export const makePool = (options: {
   return pool
 }
 
+/** One of the pool's open connections: its server process, whether it is lent now, and how often it came back. */
+export interface PoolSession {
+  readonly pid: number
+  readonly lent: boolean
+  readonly releases: number
+}
+
 /**
- * The PostgreSQL backend pids of `pool`'s open connections, as they are now: every session this pool holds, lent or
- * idle (the cluster's reserved shard-lock connection among them). pg sets a client's `processID` from the server's
- * key data when it connects; pg-pool says `connect` when a client joins and `remove` when it leaves.
+ * The sessions of `pool`'s open connections, as they are now: lent or idle (the cluster's reserved shard-lock
+ * connection among them, lent since it was reserved). pg sets a client's `processID` from the server's key data when
+ * it connects; pg-pool says `connect` when a client joins, `acquire` when it is lent, `release` when it comes back
+ * and `remove` when it leaves.
  */
-export const trackSessions = (pool: pg.Pool): () => ReadonlyArray<number> => {
-  const open = new Set<Pg.PoolClient>()
-  pool.on("connect", (client) => open.add(client))
+export const trackSessions = (pool: pg.Pool): () => ReadonlyArray<PoolSession> => {
+  const open = new Map<Pg.PoolClient, { lent: boolean; releases: number }>()
+  pool.on("connect", (client) => open.set(client, { lent: false, releases: 0 }))
+  pool.on("acquire", (client) => {
+    const state = open.get(client)
+    if (state !== undefined) state.lent = true
+  })
+  pool.on("release", (_error: Error | undefined, client: Pg.PoolClient) => {
+    const state = open.get(client)
+    if (state === undefined) return
+    state.lent = false
+    state.releases++
+  })
   pool.on("remove", (client) => open.delete(client))
   return () => {
-    const pids: Array<number> = []
-    for (const client of open) {
+    const sessions: Array<PoolSession> = []
+    for (const [client, state] of open) {
       const pid = (client as { readonly processID?: unknown }).processID
-      if (typeof pid === "number") pids.push(pid)
+      if (typeof pid === "number") sessions.push({ pid, lent: state.lent, releases: state.releases })
     }
-    return pids
+    return sessions
   }
 }

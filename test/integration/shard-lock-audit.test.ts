@@ -15,23 +15,24 @@ const SHARD_LOCK = 1_000_007
 let leakedPid = 0
 
 /**
- * A connection of the runner's own pool, taken before the runner starts, that locks SHARD and keeps it: what a lock
- * connection returned to the pool with its locks (ShardLockAudit.ts) is, a session of this process holding a shard's
- * lock that no runner can then take.
+ * A connection of the runner's own pool, taken before the runner starts, that locks SHARD and goes back to the pool
+ * with the lock: what SqlRunnerStorage's lock connection does when its unlock is cut off (ShardLockAudit.ts), a
+ * pooled session of this process holding a shard's lock that no runner can then take. The pool keeps it (no idle
+ * timeout within the test) and lends it again, as a busy runner's pool does.
  */
-const layerLeakedLock = Layer.scopedDiscard(
-  Effect.gen(function*() {
+const layerLeakedLock = Layer.effectDiscard(
+  Effect.scoped(Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const conn = yield* sql.reserve
-    const [[pid]] = yield* conn.executeValues("SELECT pg_backend_pid()", []) as Effect.Effect<Array<Array<number>>>
+    const [[pid]] = (yield* conn.executeValues("SELECT pg_backend_pid()", [])) as Array<Array<number>>
     leakedPid = pid!
     yield* conn.executeRaw(`SELECT pg_advisory_lock(${SHARD_LOCK})`, [])
-  }).pipe(Effect.orDie)
+  })).pipe(Effect.orDie)
 )
 
 describe.skipIf(noDatabase)("shard-lock audit", () => {
   it.live(
-    "a session of the runner's own pool holding the lock of a shard it cannot serve is ended, and the shard served",
+    "a pooled session of the runner holding the lock of a shard it cannot serve is freed, and the shard served",
     () =>
       Effect.gen(function*() {
         const sharding = yield* Sharding.Sharding
@@ -42,7 +43,7 @@ describe.skipIf(noDatabase)("shard-lock audit", () => {
           .pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo(scaledDuration("30 seconds")))))
         expect(sharding.hasShardId(SHARD)).toBe(false)
 
-        // the audit ends that session after twice the lock expiration, and the runner then locks and serves the shard
+        // the audit frees that session's lock after the lock expiration, and the runner then locks and serves the shard
         yield* Effect.suspend(() => sharding.hasShardId(SHARD) ? Effect.void : Effect.fail("not served yet"))
           .pipe(Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo(scaledDuration("60 seconds")))))
         const sessions = yield* sql<
@@ -59,7 +60,11 @@ describe.skipIf(noDatabase)("shard-lock audit", () => {
       }).pipe(
         Effect.provide(
           layerTestRunner(layerLeakedLock.pipe(Layer.provideMerge(layerTestDatabase())), {
-            settings: { SHARD_LOCK_EXPIRATION: "3 seconds", SHARD_LOCK_REFRESH_INTERVAL: "1 second" }
+            settings: {
+              SHARD_LOCK_EXPIRATION: "3 seconds",
+              SHARD_LOCK_REFRESH_INTERVAL: "1 second",
+              DB_IDLE_TIMEOUT: "1 hour"
+            }
           }).pipe(Layer.provide(quietLogs))
         )
       ),

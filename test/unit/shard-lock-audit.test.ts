@@ -1,7 +1,7 @@
 import { ShardId } from "@effect/cluster"
 import { describe, expect, it } from "@effect/vitest"
 import { Option } from "effect"
-import { shardOfLock, unservedSessions } from "../../src/cluster/ShardLockAudit.js"
+import { pooled, shardOfLock, unservedSessions } from "../../src/cluster/ShardLockAudit.js"
 
 describe("shard-lock audit", () => {
   it("reads SqlRunnerStorage's lock numbers as shards, and nothing else", () => {
@@ -27,5 +27,13 @@ describe("shard-lock audit", () => {
     expect([...found.keys()]).toEqual([2])
     expect(found.get(2)!.map((x) => x.id)).toEqual([30, 31])
     expect(unservedSessions([], served).size).toBe(0)
+  })
+
+  it("frees a suspect only when the pool lends it: idle now, or back in the pool since it was suspected", () => {
+    const suspect = { since: 0, releases: 4 }
+    expect(pooled({ pid: 1, lent: false, releases: 4 }, suspect)).toBe(true)
+    expect(pooled({ pid: 1, lent: true, releases: 5 }, suspect)).toBe(true)
+    // the cluster's lock connection: lent since its reservation, never back
+    expect(pooled({ pid: 1, lent: true, releases: 4 }, suspect)).toBe(false)
   })
 })
