@@ -326,6 +326,8 @@ const main = async () => {
     if (lostCallbacks > 0) problems.push(`${lostCallbacks} acknowledged callbacks not in the inbox`)
     if (ids.length === 0) problems.push("no task was admitted")
 
+    let freedLocks = 0
+    for (const r of s.runners) freedLocks += await s.metric(r, "cluster_shard_locks_orphaned_total").catch(() => 0)
     const during = latencies.filter((l) => l.at <= DURATION_MS).map((l) => l.ms)
     const rows = [
       ["duration", `${MINUTES} min of faults + ${(converged / 1000).toFixed(0)} s to converge`],
@@ -358,12 +360,7 @@ const main = async () => {
       ["acknowledged callbacks lost", `${lostCallbacks} of ${acked.length}`],
       [
         "shard locks freed by the audit (the runners' last processes)",
-        String(
-          await Promise.all(s.runners.map((r) => s.metric(r, "cluster_shard_locks_orphaned_total").catch(() => 0)))
-            .then(
-              (ns) => ns.reduce((a, b) => a + b, 0)
-            )
-        )
+        String(freedLocks)
       ]
     ]
     console.log(`\n| soak | |\n|---|---|\n${rows.map(([k, v]) => `| ${k} | ${v} |`).join("\n")}`)

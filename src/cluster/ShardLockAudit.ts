@@ -67,7 +67,8 @@ export const unservedSessions = (
   const servingSessions = new Set<number>()
   for (const { pid, shard } of held) {
     if (served(shard)) servingSessions.add(pid)
-    else bySession.set(pid, [...(bySession.get(pid) ?? []), shard])
+    else if (bySession.has(pid)) bySession.get(pid)!.push(shard)
+    else bySession.set(pid, [shard])
   }
   for (const pid of servingSessions) bySession.delete(pid)
   return bySession
@@ -114,7 +115,8 @@ const audit = Effect.gen(function*() {
 
   /** Frees the session's locks: ends it, or, when it is the audit's own connection, unlocks them there. */
   const free = Effect.fn("ShardLockAudit.free")(
-    function*(conn: SqlConnection, self: number, pid: number, shards: ReadonlyArray<ShardId.ShardId>, heldMs: number) {
+    function*(conn: SqlConnection, pid: number, shards: ReadonlyArray<ShardId.ShardId>, heldMs: number) {
+      const [[self]] = (yield* conn.executeValues("SELECT pg_backend_pid()", [])) as Array<Array<number>>
       const how = pid === self ? "unlocked" : "ended"
       const [[done]] = (pid === self
         ? yield* conn.executeValues("SELECT pg_advisory_unlock_all() IS NULL", [])
@@ -131,7 +133,6 @@ const audit = Effect.gen(function*() {
     const sessions = new Map((yield* own.sessions).map((s) => [s.pid, s]))
     if (sessions.size === 0) return
     const conn = yield* sql.reserve
-    const [[self]] = (yield* conn.executeValues("SELECT pg_backend_pid()", [])) as Array<Array<number>>
     const unserved = unservedSessions(
       yield* heldLocks(conn, Array.from(sessions.keys())),
       (shard) => sharding.hasShardId(shard)
@@ -144,7 +145,7 @@ const audit = Effect.gen(function*() {
       if (session === undefined) continue
       const suspect = suspects.get(pid) ?? { since: now, releases: session.releases }
       if (now - suspect.since >= patience && pooled(session, suspect)) {
-        yield* free(conn, self!, pid, shards, now - suspect.since)
+        yield* free(conn, pid, shards, now - suspect.since)
       } else next.set(pid, suspect)
     }
     suspects = next
