@@ -169,6 +169,14 @@ export interface OwnRocketMQ {
   readonly remove: () => Promise<void>
 }
 
+/** Whether we may listen on the port (nothing listens there, and no connection holds it as its local port). */
+const canBind = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const s = net.createServer()
+    s.once("error", () => resolve(false))
+    s.listen({ port, host: "127.0.0.1", exclusive: true }, () => s.close(() => resolve(true)))
+  })
+
 /** The script, without blocking this process's event loop (a restart takes a minute). */
 const script = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   new Promise<void>((resolve, reject) => {
@@ -185,12 +193,20 @@ const script = (args: ReadonlyArray<string>, env: Record<string, string>) =>
 /** A RocketMQ (NameServer + Proxy) of its own: its own ports, data and store (about 45 s to start here). */
 export const ownRocketMQ = async (name: string): Promise<OwnRocketMQ> => {
   const [namesrv, proxy, remoting] = [await freePort(), await freePort(), await freePort()]
-  // the broker takes its port, the one 2 below (fast remoting) and the one above (HA): a free block of 4
+  // The broker takes its port, the one 2 below (fast remoting) and the one above (HA): a block of 4 we can bind,
+  // below the kernel's ephemeral range. Inside it, an outbound connection (a runner's to PostgreSQL, say) may take
+  // the HA port between this check and the JVM's bind, seconds later: the soak's broker once failed so in CI
+  // ("BindException: Address already in use" at DefaultHAService).
+  const [ephemeralLow] = fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(
+    Number
+  )
+  const top = Math.max(20_010, (ephemeralLow ?? 32_768) - 4)
   let broker = 0
   for (let tries = 0; tries < 50 && broker === 0; tries++) {
-    const p = 20_000 + Math.floor(Math.random() * 20_000)
-    if (!(await portOpen(p - 2)) && !(await portOpen(p)) && !(await portOpen(p + 1))) broker = p
+    const p = 20_002 + Math.floor(Math.random() * (top - 20_002))
+    if ((await canBind(p - 2)) && (await canBind(p)) && (await canBind(p + 1))) broker = p
   }
+  if (broker === 0) throw new Error(`no free block of 4 ports for the broker between 20000 and ${top}`)
   const data = fs.mkdtempSync(path.join(os.tmpdir(), `${name}-rocketmq-`))
   const store = `/dev/shm/${path.basename(data)}`
   const env = {
