@@ -65,12 +65,6 @@ const headersOf = (req: IncomingMessage): Record<string, string | undefined> => 
   return headers
 }
 
-/** The work of a trace with no span: its trace id (the caller's, else a new one) on its log lines and inbox row. */
-const untraced = <A>(parent: { readonly traceId: string } | undefined, f: (traceId: string) => Effect.Effect<A>) => {
-  const traceId = parent?.traceId ?? newTraceId()
-  return withTraceId(traceId)(f(traceId))
-}
-
 /**
  * How much of a refused body is still read (and dropped) after the answer, so the client reads the answer before
  * the socket closes: closing a socket with unread input sends a reset, which can overtake the answer.
@@ -140,21 +134,27 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
     const pathname = q === -1 ? target : target.slice(0, q)
     const headers = headersOf(req)
     const parent = traceparentOf(req.headers)
+    // the caller's trace, else a new one; a sampled caller's also gets a span (traced), with the same trace id
+    const traceId = parent?.traceId ?? newTraceId()
     const admitted = gateway.admit(pathname, req.method ?? "GET", headers)
-    if (Either.isLeft(admitted)) {
-      return answer(req, res, admitted.left, "linger", deadline, parent?.traceId ?? newTraceId())
-    }
+    if (Either.isLeft(admitted)) return answer(req, res, admitted.left, "linger", deadline, traceId)
     const provider = admitted.right.provider
-    const respond = (mode: "keep" | "close" | "linger", work: Effect.Effect<WebhookAnswer>) => {
-      const reply = (traceId: string) =>
-        work.pipe(
-          Effect.map((a) => answer(req, res, a, mode, deadline, traceId)),
+    /** Runs the work making the answer, under the request's trace id (in a span when the caller samples it). */
+    const respond = (mode: "keep" | "close" | "linger", work: (traceId: string) => Effect.Effect<WebhookAnswer>) => {
+      const reply = (id: string) =>
+        work(id).pipe(
+          Effect.catchAllCause((cause) =>
+            Effect.as(Effect.logError("webhook failed", cause), { status: 500, error: "internal error" })
+          ),
+          Effect.map((a) => answer(req, res, a, mode, deadline, id)),
           Effect.annotateLogs({ provider })
         )
       // a span only when the caller samples its trace: one per webhook cost more than the rest of the Effect part
-      void run(parent?.sampled === true ? traced("Webhooks.receive", parent, reply) : untraced(parent, reply))
+      void run(
+        parent?.sampled === true ? traced("Webhooks.receive", parent, reply) : withTraceId(traceId)(reply(traceId))
+      )
     }
-    const tooLarge = () => respond("linger", gateway.refused(provider, 413, "too_large", "body too large"))
+    const tooLarge = () => respond("linger", () => gateway.refused(provider, 413, "too_large", "body too large"))
     if (Number(headers["content-length"] ?? "0") > maxBytes) return tooLarge()
     readBody(req, maxBytes, deadline, (read) => {
       switch (read._tag) {
@@ -164,20 +164,22 @@ export const WebhookRouteLive = Layer.scopedDiscard(Effect.gen(function*() {
           return tooLarge()
         case "Timeout":
           // the client is slow or stalled: answered at the deadline, and the connection closed with it
-          return respond("close", gateway.refused(provider, 408, "read_timeout", "body timeout"))
-        case "Body":
-          return respond(
-            "keep",
-            gateway.handle(admitted.right, {
-              headers,
-              query: new URLSearchParams(q === -1 ? "" : target.slice(q + 1)),
-              body: read.bytes
-            }).pipe(
-              Effect.catchAllCause((cause) =>
-                Effect.as(Effect.logError("webhook failed", cause), { status: 500, error: "internal error" })
-              )
-            )
+          return respond("close", () => gateway.refused(provider, 408, "read_timeout", "body timeout"))
+        case "Body": {
+          const request = {
+            headers,
+            query: new URLSearchParams(q === -1 ? "" : target.slice(q + 1)),
+            body: read.bytes
+          }
+          if (parent?.sampled === true) return respond("keep", (id) => gateway.handle(admitted.right, request, id))
+          // no fiber unless the work needs one (WebhookGateway.receive)
+          return gateway.receive(
+            admitted.right,
+            request,
+            traceId,
+            (a) => Effect.isEffect(a) ? respond("keep", () => a) : answer(req, res, a, "keep", deadline, traceId)
           )
+        }
       }
     })
   }

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Cause, Duration, Effect, Either, Metric, Option } from "effect"
+import { Cause, Duration, Effect, Either, type Exit, Metric, Option } from "effect"
 import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { makeGroupCommit } from "../persistence/GroupCommit.js"
 import { storableText } from "../persistence/storableText.js"
@@ -99,6 +99,9 @@ const byKey = (a: { provider: string; dedup_key: string }, b: { provider: string
 export const inboxBatch = (entries: ReadonlyArray<InboxEntry>): string =>
   JSON.stringify(entries.map(inboxRecord).sort(byKey))
 
+/** One row's write: stored or duplicate, or why it failed (PostgreSQL's error, or a defect). */
+export type Written = Either.Either<"stored" | "duplicate", Cause.Cause<SqlError>>
+
 const batchFallbacks = Metric.counter("inbox_batch_fallbacks", {
   description: "inbox write batches that failed and were retried row by row"
 })
@@ -129,7 +132,6 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
         })
       )
 
-    type Written = Either.Either<"stored" | "duplicate", Cause.Cause<SqlError>>
     // a failure of one row is its own answer; an interruption (shutdown) is everyone's
     const alone = (e: InboxEntry): Effect.Effect<Written> =>
       insert([e]).pipe(
@@ -160,16 +162,26 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
           )
     })
 
+    /** A row's write as `store` answers it: stored or duplicate; StorageUnavailable (logged); a defect (logged). */
+    const settle = (result: Written) => {
+      if (Either.isRight(result)) return Effect.succeed(result.right)
+      const failure = Cause.failureOption(result.left)
+      if (Option.isSome(failure)) return storageUnavailable("CallbackInbox")(failure.value)
+      return Effect.zipRight(
+        Effect.logError("inbox row cannot be written", result.left),
+        Effect.die(Cause.squash(result.left))
+      )
+    }
+
     /** Stored or duplicate; StorageUnavailable when PostgreSQL failed; a defect (500) when this row cannot be written. */
     // no span: one per webhook (the batch has its own, the SQL client's)
-    const store = Effect.fnUntraced(function*(e: InboxEntry) {
-      const result = yield* enqueue(e)
-      if (Either.isRight(result)) return result.right
-      const failure = Cause.failureOption(result.left)
-      if (Option.isSome(failure)) return yield* storageUnavailable("CallbackInbox")(failure.value)
-      yield* Effect.logError("inbox row cannot be written", result.left)
-      return yield* Effect.die(Cause.squash(result.left))
-    })
+    const store = (e: InboxEntry) => Effect.flatMap(enqueue(e), settle)
+
+    /**
+     * `store` for a caller with no fiber (the webhook path): `done` gets the row's write once its batch committed,
+     * or failed (then `settle` logs it and answers as `store` would), or an interruption when the runner stops.
+     */
+    const offer = (e: InboxEntry, done: (exit: Exit.Exit<Written>) => void) => enqueue.offer(e, done)
 
     /**
      * Whether a callback URL's attempt can still change its task: it is its task's current attempt, neither it nor
@@ -203,6 +215,6 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
       return rows.length
     })
 
-    return { store, callbackAttemptOpen, forgetBodies } as const
+    return { store, offer, settle, callbackAttemptOpen, forgetBodies } as const
   })
 }) {}

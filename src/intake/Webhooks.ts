@@ -1,4 +1,4 @@
-import { Clock, Effect, Either, Metric, Option } from "effect"
+import { Clock, Effect, Either, Exit, Metric, Option } from "effect"
 import * as S from "../config/Settings.js"
 import {
   callbackLagSeconds,
@@ -8,10 +8,11 @@ import {
 } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
 import { dedupKeyOf, sha256hex, signsBody } from "../providers/ProviderAdapter.js"
-import type { WebhookRequest } from "../providers/ProviderDefinition.js"
+import { verificationEffect, type WebhookRequest } from "../providers/ProviderDefinition.js"
 import { ProviderRegistry, type WebhookEndpoint } from "../providers/ProviderRegistry.js"
-import { currentTraceId } from "../tracing/TraceId.js"
-import { CallbackInbox } from "./CallbackInbox.js"
+import type { SignatureRejection, Verified } from "../providers/signatures.js"
+import type { StorageUnavailable } from "../schema/errors.js"
+import { CallbackInbox, type InboxEntry } from "./CallbackInbox.js"
 import { jsonDepthExceeds } from "./jsonDepth.js"
 
 export const WebhookSettings = S.area("Webhook gateway", "receiving provider callbacks at /webhooks/{provider}", {
@@ -54,15 +55,45 @@ const callbacks = seriesBy(webhookCallbacks, "provider", "outcome")
 const lagSeconds = seriesBy(callbackLagSeconds, "provider")
 
 /** A callback is in the inbox: how long that took, whether it was new, and how late it came (seed 19.7.8). */
-const recordPersisted = (provider: string, outcome: "stored" | "duplicate", started: number, occurredAt: Date | null) =>
-  Effect.map(Clock.currentTimeMillis, (now) => {
-    persistSeconds(provider).unsafeUpdate((now - started) / 1000, [])
-    callbacks(provider, outcome).unsafeUpdate(1, [])
-    // a duplicate's lag is the provider's retry schedule, not ours; a clock ahead of ours counts as no lag
-    if (outcome === "stored" && occurredAt !== null) {
-      lagSeconds(provider).unsafeUpdate(Math.max(0, now - occurredAt.getTime()) / 1000, [])
-    }
-  })
+const recordPersisted = (
+  provider: string,
+  outcome: "stored" | "duplicate",
+  started: number,
+  now: number,
+  occurredAt: Date | null
+) => {
+  persistSeconds(provider).unsafeUpdate((now - started) / 1000, [])
+  callbacks(provider, outcome).unsafeUpdate(1, [])
+  // a duplicate's lag is the provider's retry schedule, not ours; a clock ahead of ours counts as no lag
+  if (outcome === "stored" && occurredAt !== null) {
+    lagSeconds(provider).unsafeUpdate(Math.max(0, now - occurredAt.getTime()) / 1000, [])
+  }
+}
+
+/** What a verified (or refused) callback comes to, decided at once: a refusal, or the inbox row to write. */
+type Decision =
+  | {
+    readonly _tag: "Refuse"
+    readonly status: number
+    readonly reason: string
+    readonly error?: string
+    /** the signature's rejection, counted as a verification failure */
+    readonly rejection?: SignatureRejection
+  }
+  | {
+    readonly _tag: "Store"
+    readonly entry: InboxEntry
+    /** an unsigned callback URL's attempt must still be open (a query first) */
+    readonly checkAttempt: boolean
+  }
+
+const refuse = (status: number, reason: string, error?: string, rejection?: SignatureRejection): Decision => ({
+  _tag: "Refuse",
+  status,
+  reason,
+  ...(error === undefined ? {} : { error }),
+  ...(rejection === undefined ? {} : { rejection })
+})
 
 /**
  * POST /webhooks/{provider}: verify the raw bytes, persist to the inbox, answer. Fast and dumb: no provider
@@ -105,59 +136,43 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
       return Either.right({ provider, endpoint: endpoint.value })
     }
 
-    /** The body is in: verify, decode, store. */
-    const handle = ({ endpoint, provider }: Admitted, request: WebhookRequest): Effect.Effect<WebhookAnswer> =>
-      Effect.gen(function*() {
-        const started = yield* Clock.currentTimeMillis
-        const verified = yield* endpoint.verify(request)
-        if (Either.isLeft(verified)) {
-          const reason = verified.left
-          yield* Metric.increment(
-            Metric.tagged(Metric.tagged(webhookVerifyFailures, "provider", provider), "reason", reason)
-          )
-          return yield* reason === "expired"
-            ? refused(provider, 410, reason, "this callback URL is no longer in use")
-            : reason === "keys_unavailable"
-            ? refused(provider, 503, reason, "signing keys unavailable: retry later")
-            : refused(provider, 401, reason)
-        }
-
-        const text = Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString("utf8")
-        // checked before anything walks the parsed value: a deep one overflowed the stack on the inbox's write
-        if (jsonDepthExceeds(text, maxDepth)) {
-          return yield* refused(
-            provider,
-            400,
-            "too_deep",
-            `malformed ${provider} webhook: nested deeper than ${maxDepth}`
-          )
-        }
-        const report = Either.flatMap(
-          Either.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }),
-          endpoint.protocol.parse
-        )
-        if (Either.isLeft(report)) {
-          return yield* refused(provider, 400, "malformed", `malformed ${provider} webhook: ${report.left}`)
-        }
-        // a signature over a request id (fal) covers only the body that names the same request
-        const subject = verified.right.subject
-        if (subject !== undefined && subject !== report.right.providerTaskId) {
-          return yield* refused(provider, 401, "subject_mismatch")
-        }
-        // the attempt a verified URL token names (Luma's, Replicate's, fal's): the inbox maps the callback to it
-        const attemptId = verified.right.attemptId ?? null
-        // an unsigned callback URL works while its attempt can still change its task: not once it ended or was
-        // replaced. A signed one's late results are genuine (the provider signed them): stored, for reconciliation.
-        if (attemptId !== null && !signsBody(endpoint.protocol.scheme)) {
-          const open = yield* Effect.either(inbox.callbackAttemptOpen(provider, attemptId))
-          if (Either.isLeft(open)) return { status: 503, error: "unavailable" }
-          if (!open.right) {
-            return yield* refused(provider, 410, "attempt_ended", "this callback URL is no longer in use")
-          }
-        }
-
-        const payloadHash = sha256hex(request.body)
-        const stored = yield* inbox.store({
+    /**
+     * The verification's outcome and the body: a refusal, or the row to store. Plain code, no I/O: the common
+     * callback (signature checked at once, nothing to look up) is stored with no fiber of its own (`receive`).
+     */
+    const decide = (
+      { endpoint, provider }: Admitted,
+      request: WebhookRequest,
+      verified: Either.Either<Verified, SignatureRejection>,
+      traceId: string
+    ): Decision => {
+      if (Either.isLeft(verified)) {
+        const reason = verified.left
+        return reason === "expired"
+          ? refuse(410, reason, "this callback URL is no longer in use", reason)
+          : reason === "keys_unavailable"
+          ? refuse(503, reason, "signing keys unavailable: retry later", reason)
+          : refuse(401, reason, undefined, reason)
+      }
+      const text = Buffer.from(request.body.buffer, request.body.byteOffset, request.body.byteLength).toString("utf8")
+      // checked before anything walks the parsed value: a deep one overflowed the stack on the inbox's write
+      if (jsonDepthExceeds(text, maxDepth)) {
+        return refuse(400, "too_deep", `malformed ${provider} webhook: nested deeper than ${maxDepth}`)
+      }
+      const report = Either.flatMap(
+        Either.try({ try: () => JSON.parse(text) as unknown, catch: () => "not JSON" }),
+        endpoint.protocol.parse
+      )
+      if (Either.isLeft(report)) return refuse(400, "malformed", `malformed ${provider} webhook: ${report.left}`)
+      // a signature over a request id (fal) covers only the body that names the same request
+      const subject = verified.right.subject
+      if (subject !== undefined && subject !== report.right.providerTaskId) return refuse(401, "subject_mismatch")
+      // the attempt a verified URL token names (Luma's, Replicate's, fal's): the inbox maps the callback to it
+      const attemptId = verified.right.attemptId ?? null
+      const payloadHash = sha256hex(request.body)
+      return {
+        _tag: "Store",
+        entry: {
           provider,
           dedupKey: dedupKeyOf(verified.right.eventId, report.right, payloadHash),
           providerEventId: verified.right.eventId,
@@ -168,18 +183,94 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
           signatureKeyVersion: verified.right.keyVersion,
           payloadHash,
           body: text,
-          traceId: yield* currentTraceId
-        }).pipe(Effect.either)
-        if (Either.isLeft(stored)) return { status: 503, error: "unavailable" }
-        yield* recordPersisted(
-          provider,
-          stored.right,
-          started,
-          verified.right.timestamp ?? report.right.providerUpdatedAt
-        )
-        return { status: 204 }
+          traceId
+        },
+        // an unsigned callback URL works while its attempt can still change its task: not once it ended or was
+        // replaced. A signed one's late results are genuine (the provider signed them): stored, for reconciliation.
+        checkAttempt: attemptId !== null && !signsBody(endpoint.protocol.scheme)
+      }
+    }
+
+    /** The answer once the row's write ended: 204 (counted), or 503 when PostgreSQL failed. */
+    const afterStore = (
+      provider: string,
+      entry: InboxEntry,
+      started: number,
+      written: Effect.Effect<"stored" | "duplicate", StorageUnavailable>
+    ): Effect.Effect<WebhookAnswer> =>
+      Effect.matchEffect(written, {
+        onFailure: () => Effect.succeed({ status: 503, error: "unavailable" }),
+        onSuccess: (outcome) =>
+          Effect.map(Clock.currentTimeMillis, (now): WebhookAnswer => {
+            recordPersisted(provider, outcome, started, now, entry.providerOccurredAt)
+            return { status: 204 }
+          })
       })
 
-    return { admit, handle, refused } as const
+    /** A decision carried out: a refusal counted and logged, or the row stored (its attempt checked first). */
+    const conclude = (provider: string, decision: Decision, started: number): Effect.Effect<WebhookAnswer> =>
+      Effect.gen(function*() {
+        if (decision._tag === "Refuse") {
+          if (decision.rejection !== undefined) {
+            yield* Metric.increment(
+              Metric.tagged(Metric.tagged(webhookVerifyFailures, "provider", provider), "reason", decision.rejection)
+            )
+          }
+          return yield* refused(provider, decision.status, decision.reason, decision.error)
+        }
+        if (decision.checkAttempt) {
+          const open = yield* Effect.either(inbox.callbackAttemptOpen(provider, decision.entry.attemptId!))
+          if (Either.isLeft(open)) return { status: 503, error: "unavailable" }
+          if (!open.right) {
+            return yield* refused(provider, 410, "attempt_ended", "this callback URL is no longer in use")
+          }
+        }
+        return yield* afterStore(provider, decision.entry, started, inbox.store(decision.entry))
+      })
+
+    /**
+     * The body is in: verify, decode, store, then `reply` with the answer, or with the Effect that makes it (run by
+     * the route, under the request's trace). A callback whose signature is checked at once and that is stored as
+     * it is (the common case) runs no Effect at all: its row joins the inbox's next batch, and the answer is given
+     * when that batch commits. A fiber per webhook cost more than the rest of the gateway (bench:webhooks). Refusals,
+     * a verifier that must wait (fal's keys), an attempt to look up, and a failed write take the Effect.
+     */
+    const receive = (
+      admitted: Admitted,
+      request: WebhookRequest,
+      traceId: string,
+      reply: (answer: WebhookAnswer | Effect.Effect<WebhookAnswer>) => void
+    ): void => {
+      const { provider } = admitted
+      const started = Date.now()
+      const verification = admitted.endpoint.verify(request, new Date(started))
+      if (!Either.isEither(verification)) {
+        return reply(
+          Effect.flatMap(verification, (v) => conclude(provider, decide(admitted, request, v, traceId), started))
+        )
+      }
+      const decision = decide(admitted, request, verification, traceId)
+      if (decision._tag === "Refuse" || decision.checkAttempt) return reply(conclude(provider, decision, started))
+      const entry = decision.entry
+      inbox.offer(entry, (exit) => {
+        if (Exit.isSuccess(exit) && Either.isRight(exit.value)) {
+          recordPersisted(provider, exit.value.right, started, Date.now(), entry.providerOccurredAt)
+          return reply({ status: 204 })
+        }
+        // the runner is stopping (the batch interrupted): PostgreSQL may not have the row, the provider retries
+        if (Exit.isFailure(exit)) return reply({ status: 503, error: "unavailable" })
+        reply(afterStore(provider, entry, started, inbox.settle(exit.value)))
+      })
+    }
+
+    /** `receive` as one Effect: for a request whose trace is sampled (its span covers the whole work). */
+    const handle = (admitted: Admitted, request: WebhookRequest, traceId: string): Effect.Effect<WebhookAnswer> =>
+      Effect.gen(function*() {
+        const started = yield* Clock.currentTimeMillis
+        const verified = yield* verificationEffect(admitted.endpoint.verify(request, new Date(started)))
+        return yield* conclude(admitted.provider, decide(admitted, request, verified, traceId), started)
+      })
+
+    return { admit, receive, handle, refused } as const
   })
 }) {}

@@ -33,16 +33,25 @@ export const makeGroupCommit = <I, O, E>(options: {
     let closed = false
     const fork = yield* FiberSet.makeRuntime<never>()
 
-    const settle = (batch: ReadonlyArray<Entry>, exit: Exit.Exit<ReadonlyArray<O>, E>) =>
-      batch.forEach((e, i) =>
-        e.done(
-          Exit.isFailure(exit)
-            ? Exit.failCause(exit.cause)
-            : exit.value[i] === undefined
-            ? Exit.die(new Error("group commit: no result for an item"))
-            : Exit.succeed(exit.value[i]!)
-        )
-      )
+    // every entry is told, even past a caller's callback that throws (an `offer` caller's: plain code); the first
+    // such throw is raised after, a defect of the batch
+    const settle = (batch: ReadonlyArray<Entry>, exit: Exit.Exit<ReadonlyArray<O>, E>) => {
+      let thrown: { readonly error: unknown } | undefined
+      batch.forEach((e, i) => {
+        try {
+          e.done(
+            Exit.isFailure(exit)
+              ? Exit.failCause(exit.cause)
+              : exit.value[i] === undefined
+              ? Exit.die(new Error("group commit: no result for an item"))
+              : Exit.succeed(exit.value[i]!)
+          )
+        } catch (error) {
+          thrown ??= { error }
+        }
+      })
+      if (thrown !== undefined) throw thrown.error
+    }
 
     const runBatch = (batch: ReadonlyArray<Entry>) =>
       Effect.suspend(() => options.run(batch.map((e) => e.item))).pipe(
@@ -86,5 +95,8 @@ export const makeGroupCommit = <I, O, E>(options: {
       soon = true
       queueMicrotask(drain)
     }
-    return (item: I): Effect.Effect<O, E> => Effect.async<O, E>((resume) => offer(item, resume))
+    // `offer` for a caller with no fiber of its own (the webhook path): `done` runs when the item's batch ends
+    return Object.assign((item: I): Effect.Effect<O, E> => Effect.async<O, E>((resume) => offer(item, resume)), {
+      offer
+    })
   })

@@ -1,6 +1,6 @@
 import type * as HttpClient from "@effect/platform/HttpClient"
 import type * as HttpClientRequest from "@effect/platform/HttpClientRequest"
-import { Config, type Duration, type Effect, type Either, type Option } from "effect"
+import { Config, type Duration, Effect, Either, type Option } from "effect"
 import type { Setting } from "../config/Settings.js"
 import type { HostPattern } from "../output/hostPatterns.js"
 import type { LookupUnsupported, ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
@@ -84,7 +84,27 @@ export interface WebhookRequest {
   readonly body: Uint8Array
 }
 
-export type Verify = (request: WebhookRequest) => Effect.Effect<Either.Either<Verified, SignatureRejection>>
+/**
+ * A verifier's answer: at once (a signature checked against configured secrets), or an Effect when it must wait
+ * for something (fal's signing keys, fetched and cached). The gateway stores a callback answered at once without a
+ * fiber of its own (src/intake/Webhooks.ts).
+ */
+export type Verification =
+  | Either.Either<Verified, SignatureRejection>
+  | Effect.Effect<Either.Either<Verified, SignatureRejection>>
+
+/** Verifies a request received at `now`. */
+export type Verify = (request: WebhookRequest, now: Date) => Verification
+
+/** A verification as an Effect, whichever way it came (an Either is itself an Effect, one that fails on Left). */
+export const verificationEffect = (v: Verification): Effect.Effect<Either.Either<Verified, SignatureRejection>> =>
+  Either.isEither(v) ? Effect.succeed(v) : v
+
+/** The verification `f` makes of a signature's, at once when the signature's was, else once it is. */
+export const mapVerification = (
+  v: Verification,
+  f: (signed: Either.Either<Verified, SignatureRejection>) => Either.Either<Verified, SignatureRejection>
+): Verification => Either.isEither(v) ? f(v) : Effect.map(v, f)
 
 export interface WebhookDefinition {
   readonly protocol: WebhookProtocol

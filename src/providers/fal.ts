@@ -1,6 +1,6 @@
 import type { QueueStatus } from "@fal-ai/client"
 import type { EndpointTypeMap } from "@fal-ai/client/endpoints"
-import { Clock, Effect, Either, Option, Schema } from "effect"
+import { Effect, Either, Option, Schema } from "effect"
 import * as S from "../config/Settings.js"
 import { makeFalKeys } from "./falKeys.js"
 import { parseWith, type ProviderReport, skipping, type WebhookProtocol } from "./ProviderAdapter.js"
@@ -181,9 +181,8 @@ export const fal: ProviderDefinition = {
         ({ jwksTimeout, jwksUrl, userId }) => ({ toleranceSeconds }) =>
           Option.isNone(jwksUrl) || Option.isNone(userId)
             ? Option.none()
-            : Option.some(Effect.map(makeFalKeys(jwksUrl.value, jwksTimeout), (keys): Verify => (r) =>
+            : Option.some(Effect.map(makeFalKeys(jwksUrl.value, jwksTimeout), (keys): Verify => (r, at) =>
               Effect.gen(function*() {
-                const at = new Date(yield* Clock.currentTimeMillis)
                 const check = (k: ReadonlyArray<Ed25519Jwk>) =>
                   verifyFalWebhook({
                     keys: k,

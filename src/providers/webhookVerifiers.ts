@@ -1,6 +1,13 @@
-import { Clock, Duration, Effect, Either, Option, Redacted } from "effect"
+import { Duration, Effect, Either, Option, Redacted } from "effect"
 import * as S from "../config/Settings.js"
-import { constant, type Verify, type WebhookContext, type WebhookDefinition } from "./ProviderDefinition.js"
+import {
+  constant,
+  mapVerification,
+  type Verify,
+  type WebhookContext,
+  type WebhookDefinition,
+  type WebhookRequest
+} from "./ProviderDefinition.js"
 import { verifyCallbackToken, verifyStandardWebhook, type VersionedSecret } from "./signatures.js"
 
 /** A secret and the one it replaces (kept during a rotation): both verify. */
@@ -16,20 +23,19 @@ export const secretPair = (name: string, what: string): S.Setting<ReadonlyArray<
     ]
   )
 
-const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-
 /** Standard Webhooks (OpenAI, Replicate): HMAC over id.timestamp.body with a whsec_ secret. */
 export const standardWebhooks = (secretName: string, title: string): WebhookDefinition["verifier"] =>
   S.map(
     secretPair(secretName, `${title} webhook signing secret (whsec_…); unset, ${title} webhooks are refused (404)`),
     (configured) => ({ toleranceSeconds, usable }) => {
       const secrets = usable(configured)
-      return secrets.length === 0 ? Option.none() : Option.some(Effect.succeed((r) =>
-        Effect.map(
-          now,
-          (at) => verifyStandardWebhook({ secrets, headers: r.headers, body: r.body, now: at, toleranceSeconds })
+      return secrets.length === 0 ?
+        Option.none() :
+        Option.some(
+          Effect.succeed((r, now) =>
+            verifyStandardWebhook({ secrets, headers: r.headers, body: r.body, now, toleranceSeconds })
+          )
         )
-      ))
     }
   )
 
@@ -38,19 +44,18 @@ const urlToken = (
   provider: string,
   secrets: ReadonlyArray<VersionedSecret>,
   { callbackTokenTtl, toleranceSeconds }: WebhookContext
-): Verify =>
-(r) =>
-  Effect.map(now, (at) =>
-    verifyCallbackToken({
-      secrets,
-      provider,
-      attemptId: r.query.get("attempt"),
-      issued: r.query.get("issued"),
-      token: r.query.get("token"),
-      now: at,
-      ttlSeconds: Duration.toSeconds(callbackTokenTtl),
-      toleranceSeconds
-    }))
+) =>
+(r: WebhookRequest, now: Date) =>
+  verifyCallbackToken({
+    secrets,
+    provider,
+    attemptId: r.query.get("attempt"),
+    issued: r.query.get("issued"),
+    token: r.query.get("token"),
+    now,
+    ttlSeconds: Duration.toSeconds(callbackTokenTtl),
+    toleranceSeconds
+  })
 
 /** Unsigned callbacks (Luma): the per-attempt token we put in the callback URL, until it expires. */
 export const callbackTokens = (provider: string): WebhookDefinition["verifier"] =>
@@ -79,14 +84,14 @@ export const withCallbackToken = (
     const token = urlToken(provider, secrets, context)
     return Option.map(build(context), (make) =>
       Effect.map(make, (verify): Verify =>
-      (r) =>
-        Effect.flatMap(verify(r), (signature) =>
-          Either.isLeft(signature) || secrets.length === 0 || TOKEN_PARAMS.every((p) =>
-              !r.query.has(p)
-            )
-            ? Effect.succeed(signature)
-            : Effect.map(token(r), (t) =>
-              Either.isLeft(t)
-                ? Either.left(t.left === "expired" ? "expired" : "bad_token")
-                : Either.right({ ...signature.right, attemptId: t.right.attemptId })))))
+      (r, now) =>
+        mapVerification(verify(r, now), (signature) => {
+          if (Either.isLeft(signature) || secrets.length === 0 || TOKEN_PARAMS.every((p) => !r.query.has(p))) {
+            return signature
+          }
+          const t = token(r, now)
+          return Either.isLeft(t)
+            ? Either.left(t.left === "expired" ? "expired" : "bad_token")
+            : Either.right({ ...signature.right, attemptId: t.right.attemptId })
+        })))
   })

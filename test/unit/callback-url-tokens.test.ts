@@ -2,6 +2,7 @@ import { FetchHttpClient } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Either, Option } from "effect"
 import { Webhook } from "standardwebhooks"
+import { verificationEffect, type WebhookRequest } from "../../src/providers/ProviderDefinition.js"
 import type { VersionedSecret } from "../../src/providers/signatures.js"
 import { callbackQuery } from "../../src/providers/signatures.js"
 import { standardWebhooks, withCallbackToken } from "../../src/providers/webhookVerifiers.js"
@@ -26,7 +27,9 @@ const verifierWith = (callbackTokens: ReadonlyArray<VersionedSecret>) =>
       usable: (s) => s,
       callbackTokenTtl: Duration.hours(24)
     })
-    return yield* Option.getOrThrow(made)
+    const verify = yield* Option.getOrThrow(made)
+    // as the gateway runs it: received now, its answer as an Effect whether it came at once or not
+    return (r: WebhookRequest) => verificationEffect(verify(r, new Date()))
   }).pipe(Effect.provide(FetchHttpClient.layer))
 
 const body = JSON.stringify({ id: "replicate-1", status: "processing" })
