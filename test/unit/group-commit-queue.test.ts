@@ -45,6 +45,32 @@ describe("group commit queue", () => {
       expect(Exit.isFailure(yield* Effect.exit(short(1)))).toBe(true)
     }))
 
+  it.scoped("offer (no fiber): every caller of a batch hears its result, even past a callback that throws", () =>
+    Effect.gen(function*() {
+      const commit = yield* makeGroupCommit({
+        name: "test",
+        parallelism: 1,
+        maxBatch: 10,
+        run: (items: ReadonlyArray<number>) => Effect.succeed(items.map((n) => n * 10))
+      })
+      const heard = yield* Effect.async<Array<number>>((resume) => {
+        const got: Array<number> = []
+        const done = (exit: Exit.Exit<number>) => {
+          if (Exit.isSuccess(exit)) got.push(exit.value)
+          if (got.length === 3) resume(Effect.succeed(got))
+        }
+        commit.offer(1, done)
+        commit.offer(2, (exit) => {
+          done(exit)
+          throw new Error("a caller's bug")
+        })
+        commit.offer(3, done)
+      })
+      expect(heard.sort()).toEqual([10, 20, 30])
+      // and the queue goes on
+      expect(yield* commit(4)).toBe(40)
+    }))
+
   it.effect("on shutdown, a running batch and the queued entries end interrupted, and so does a later one", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
