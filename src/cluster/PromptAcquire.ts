@@ -33,20 +33,22 @@ export const withPromptAcquire = (inner: RunnerStorage.RunnerStorage["Type"]): R
     acquire: (address, shardIds) =>
       Effect.gen(function*() {
         const wanted = Array.from(shardIds)
-        const first = yield* inner.acquire(address, wanted)
-        if (first.length === wanted.length) return first
-        const got = new Map(first.map((s) => [key(s), s]))
+        // what the storage answers is every shard whose lock this runner holds (SqlRunnerStorage lists its lock
+        // connection's advisory locks), not only the ones asked for: which of `wanted` are missing is looked up by
+        // id. Counting them (as this did) took the runner's own shards for the ones asked for, and a survivor that
+        // asked while the locks were still being released waited the library's second after all.
+        const got = new Map((yield* inner.acquire(address, wanted)).map((s) => [key(s), s]))
+        const missing = () => wanted.filter((s) => !got.has(key(s)))
+        let rest = missing()
+        if (rest.length === 0) return Array.from(got.values())
         const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(RETRY_FOR)
-        let retried = 0
-        while (got.size < wanted.length && (yield* Clock.currentTimeMillis) < deadline) {
+        const before = rest.length
+        while (rest.length > 0 && (yield* Clock.currentTimeMillis) < deadline) {
           yield* Effect.sleep(RETRY_EVERY)
-          const rest = wanted.filter((s) => !got.has(key(s)))
-          for (const s of yield* inner.acquire(address, rest)) {
-            got.set(key(s), s)
-            retried++
-          }
+          for (const s of yield* inner.acquire(address, rest)) got.set(key(s), s)
+          rest = missing()
         }
-        if (retried > 0) yield* Metric.incrementBy(promptAcquisitions, retried)
+        if (rest.length < before) yield* Metric.incrementBy(promptAcquisitions, before - rest.length)
         return Array.from(got.values())
       })
   })

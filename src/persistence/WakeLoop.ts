@@ -28,7 +28,7 @@ export const runWakeLoop = <E, R>(options: {
     const wake = yield* Queue.sliding<void>(1)
     const listening = listeningGauge.pipe(Metric.tagged("loop", options.name))
     yield* Metric.set(listening, 0)
-    if (!(yield* EmbeddedDatabase)) yield* listen(pg, options.channel, options.name, listening, wake)
+    if (!(yield* EmbeddedDatabase)) yield* listenForWakes(pg, options.channel, options.name, listening, wake)
     let failures = 0
     return yield* Effect.gen(function*() {
       const drained = yield* options.drain.pipe(Effect.sandbox, Effect.either)
@@ -52,7 +52,7 @@ export const runWakeLoop = <E, R>(options: {
  * LISTEN on `channel`, each NOTIFY a wake; returns once a NOTIFY of its own has come back (bounded: a few seconds),
  * so no row can fall between the LISTEN and the first drain. Warns once per outage, not once per retry.
  */
-const listen = (
+export const listenForWakes = (
   pg: PgClient.PgClient,
   channel: string,
   name: string,

@@ -8,3 +8,6 @@ export const OUTBOX_CHANNEL = "outbox_events"
 
 /** New token_revocations rows (a trigger, migrations/0017_token_revocations.ts). */
 export const REVOCATIONS_CHANNEL = "token_revocations"
+
+/** A runner joined or left the cluster's runner list (src/cluster/RunnerChanges.ts). */
+export const RUNNERS_CHANNEL = "cluster_runners"

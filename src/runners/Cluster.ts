@@ -14,6 +14,7 @@ import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { ClusterView } from "../cluster/ClusterView.js"
 import { layerPromptAcquire } from "../cluster/PromptAcquire.js"
 import { layerRefusedRunners } from "../cluster/RefusedRunners.js"
+import { layerRunnerChanges, LIBRARY_REFRESH_PAUSE } from "../cluster/RunnerChanges.js"
 import { layerRunnerStorage, RunnerControls } from "../cluster/RunnerControls.js"
 import { RunnerReportsLive } from "../cluster/RunnerReports.js"
 import { backoffSchedule } from "../domain/backoff.js"
@@ -59,10 +60,12 @@ export const layerCluster = (c: RunnerConfig) => {
   return Layer.mergeAll(ClusterView.Default, RunnerReportsLive).pipe(
     Layer.provideMerge(sockets),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
-    // Sharding's runner storage: runners refusing connections taken as gone (RefusedRunners.ts), over acquisitions that
+    // Sharding's runner storage: the runner list read at once when a runner joins or leaves (RunnerChanges.ts), over
+    // runners refusing connections taken as gone (RefusedRunners.ts), over acquisitions that
     // ask again promptly for shards still being released (PromptAcquire.ts), over the operators'
     // drains and weights laid over the runner list, over the storage whose shard-lock refreshes are observed for
     // /readyz, over SqlRunnerStorage
+    Layer.provide(layerRunnerChanges(c.refreshAssignmentsInterval)),
     Layer.provide(layerRefusedRunners),
     Layer.provide(layerPromptAcquire),
     Layer.provide(layerRunnerStorage),
@@ -75,7 +78,8 @@ export const layerCluster = (c: RunnerConfig) => {
       shardsPerGroup: c.shardsPerGroup,
       shardLockExpiration: c.shardLockExpiration,
       shardLockRefreshInterval: c.shardLockRefreshInterval,
-      refreshAssignmentsInterval: c.refreshAssignmentsInterval,
+      // the interval is waited out in the storage, which a runner joining or leaving cuts short (RunnerChanges.ts)
+      refreshAssignmentsInterval: LIBRARY_REFRESH_PAUSE,
       runnerHealthCheckInterval: c.runnerHealthCheckInterval,
       entityMessagePollInterval: c.entityMessagePollInterval,
       entityMaxIdleTime: c.entityMaxIdleTime,

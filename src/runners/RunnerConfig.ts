@@ -41,7 +41,8 @@ export const RunnerSettings = S.area("Runner", "roles, HTTP listener, runner-to-
   ),
   refreshAssignmentsInterval: S.duration(
     "REFRESH_ASSIGNMENTS_INTERVAL",
-    "how often a runner re-reads shard assignments",
+    "how often a runner re-reads the runner list and shard assignments; a runner joining or leaving is heard at " +
+      "once (NOTIFY), this is the safety net",
     "1 second"
   ),
   runnerHealthCheckInterval: S.duration(

@@ -8,7 +8,7 @@ const self = RunnerAddress.make("127.0.0.1", 34431)
 const shards = [1, 2, 3, 4].map((id) => ShardId.make("default", id))
 
 /** Lock storage where the given shards are held by a runner still releasing them, until `free()` is called. */
-const storage = (held: ReadonlyArray<number>) => {
+const storage = (held: ReadonlyArray<number>, ownAlready: ReadonlyArray<number> = []) => {
   const locked = new Set(held)
   const asked: Array<number> = []
   const inner = RunnerStorage.RunnerStorage.of({
@@ -17,7 +17,11 @@ const storage = (held: ReadonlyArray<number>) => {
         const list: Array<ShardId.ShardId> = Array.from(ids)
         asked.push(list.length)
         // what the storage hands back is a new object per shard, as when decoded from the database
-        return list.filter((s) => !locked.has(s.id)).map((s) => ShardId.make(s.group, s.id))
+        // and, as SqlRunnerStorage does, every shard this runner held already (its lock connection's locks)
+        return [
+          ...ownAlready.map((id) => ShardId.make("default", id)),
+          ...list.filter((s) => !locked.has(s.id)).map((s) => ShardId.make(s.group, s.id))
+        ]
       })
   } as never)
   return { storage: withPromptAcquire(inner), asked, free: () => locked.clear() }
@@ -51,5 +55,18 @@ describe("acquisitions ask again promptly for shards still being released", () =
       yield* TestClock.adjust("1 second")
       const got = yield* Fiber.join(fiber)
       expect(got.map((x) => x.id).sort()).toEqual([1, 3, 4])
+    }))
+
+  it.effect("the shards this runner held already, answered with the new ones, do not count for those asked for", () =>
+    Effect.gen(function*() {
+      // a survivor holding 5 and 6 asks for 1–4 while 3 and 4 are still being released: 4 shards come back at first
+      const s = storage([3, 4], [5, 6])
+      const fiber = yield* Effect.fork(s.storage.acquire(self, shards))
+      yield* TestClock.adjust("100 millis")
+      s.free()
+      yield* TestClock.adjust("25 millis")
+      const got = yield* Fiber.join(fiber)
+      expect(got.map((x) => x.id).sort()).toEqual([1, 2, 3, 4, 5, 6])
+      expect(s.asked.length).toBeGreaterThan(1)
     }))
 })
