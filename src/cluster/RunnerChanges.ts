@@ -22,11 +22,86 @@ import { listenForWakes, listeningGauge } from "../persistence/WakeLoop.js"
  */
 export const LIBRARY_REFRESH_PAUSE = Duration.millis(10)
 
+/** The longest one `getRunners` waits: the library fails a read of the list after 5 s (its own timeout). */
+const MAX_WAIT = Duration.seconds(2)
+
 const runnerListWakes = Metric.counter("cluster_runner_list_wakes_total", {
   description: "reads of the runner list brought forward by a runner joining or leaving (a NOTIFY), instead of " +
     "waiting for REFRESH_ASSIGNMENTS_INTERVAL",
   incremental: true
 })
+
+/**
+ * `inner` whose `getRunners` waits out `interval` (at most MAX_WAIT a call) unless `wake` brings the read forward,
+ * and whose `register` / `unregister` `announce` the change once committed.
+ */
+export const withRunnerChanges = (
+  inner: RunnerStorage.RunnerStorage["Type"],
+  options: {
+    readonly interval: Duration.Duration
+    readonly wake: Queue.Queue<void>
+    readonly announce: (change: "joined" | "left") => Effect.Effect<void>
+  }
+): RunnerStorage.RunnerStorage["Type"] => {
+  const { announce, interval, wake } = options
+  const intervalMs = Duration.toMillis(interval)
+  let lastRead = Number.NEGATIVE_INFINITY
+  /**
+   * This runner is stopping: its own reads are not brought forward any more. Woken by its own NOTIFY, it read
+   * itself gone and released its shards one by one (an unlock each, as their entities stopped) instead of all at
+   * once at the end of its stop: it exited later, and the survivor took the shards later (bench:handoff).
+   */
+  let leaving = false
+
+  /** The list as last read: answered again when a wait ends with neither the interval out nor a wake. */
+  type Listed = Effect.Effect.Success<typeof inner.getRunners>
+  let last: Option.Option<Listed> = Option.none()
+
+  /**
+   * Waits for the interval (at most MAX_WAIT per call: the library gives a read 5 s), or a NOTIFY, then reads.
+   * A wait cut off by MAX_WAIT answers the last list, unchanged; the library asks again 10 ms later.
+   */
+  const getRunners = Effect.gen(function*() {
+    const left = () => Effect.map(Clock.currentTimeMillis, (now) => lastRead + intervalMs - now)
+    const wait = Math.min(yield* left(), Duration.toMillis(MAX_WAIT))
+    if (wait > 0) {
+      const woken = leaving
+        ? Option.none()
+        : yield* Effect.timeoutOption(Queue.take(wake), Duration.millis(wait))
+      if (Option.isSome(woken) && !leaving) {
+        yield* Metric.increment(runnerListWakes)
+      } else {
+        // not woken (or this runner left meanwhile: its own NOTIFY must not bring its reads forward)
+        const rest = Math.min(yield* left(), Duration.toMillis(MAX_WAIT))
+        if (rest > 0 && leaving) yield* Effect.sleep(Duration.millis(rest))
+        if ((yield* left()) > 0 && Option.isSome(last)) return last.value
+      }
+    } else {
+      // a wake that came while nobody waited is answered by this read
+      yield* Queue.poll(wake)
+    }
+    const runners = yield* inner.getRunners
+    lastRead = yield* Clock.currentTimeMillis
+    last = Option.some(runners)
+    return runners
+  })
+
+  return RunnerStorage.RunnerStorage.of({
+    ...inner,
+    getRunners,
+    register: (runner, healthy) =>
+      Effect.tap(inner.register(runner, healthy), () => {
+        // the library registers when the list it read lacks this runner: the next read must see the new row
+        lastRead = Number.NEGATIVE_INFINITY
+        return announce("joined")
+      }),
+    unregister: (address) =>
+      Effect.zipRight(
+        Effect.sync(() => (leaving = true)),
+        Effect.tap(inner.unregister(address), () => announce("left"))
+      )
+  })
+}
 
 /** The RunnerStorage below, announcing its runner's joins and leaves and reading the list early on others'. */
 export const layerRunnerChanges = (interval: Duration.Duration) =>
@@ -41,31 +116,6 @@ export const layerRunnerChanges = (interval: Duration.Duration) =>
         const listening = listeningGauge.pipe(Metric.tagged("loop", "runner list"))
         yield* Effect.forkScoped(listenForWakes(pg.value, RUNNERS_CHANNEL, "runner list", listening, wake))
       }
-      const intervalMs = Duration.toMillis(interval)
-      let lastRead = Number.NEGATIVE_INFINITY
-      /**
-       * This runner is stopping: its own reads are not brought forward any more. Woken by its own NOTIFY, it read
-       * itself gone and released its shards one by one (an unlock each, as their entities stopped) instead of all at
-       * once at the end of its stop: it exited later, and the survivor took the shards later (bench:handoff).
-       */
-      let leaving = false
-
-      const getRunners = Effect.gen(function*() {
-        const left = lastRead + intervalMs - (yield* Clock.currentTimeMillis)
-        if (left > 0 && leaving) {
-          yield* Effect.sleep(Duration.millis(left))
-        } else if (left > 0) {
-          const woken = yield* Effect.timeoutOption(Queue.take(wake), Duration.millis(left))
-          if (Option.isSome(woken)) yield* Metric.increment(runnerListWakes)
-        } else {
-          // a wake that came while nobody waited is answered by this read
-          yield* Queue.poll(wake)
-        }
-        const runners = yield* inner.getRunners
-        lastRead = yield* Clock.currentTimeMillis
-        return runners
-      })
-
       // after the change is committed; a NOTIFY lost (or refused) costs the others one interval, nothing else
       const announce = (change: "joined" | "left") =>
         sql`SELECT pg_notify(${RUNNERS_CHANNEL}, ${change})`.pipe(
@@ -73,15 +123,6 @@ export const layerRunnerChanges = (interval: Duration.Duration) =>
           Effect.asVoid
         )
 
-      return RunnerStorage.RunnerStorage.of({
-        ...inner,
-        getRunners,
-        register: (runner, healthy) => Effect.tap(inner.register(runner, healthy), () => announce("joined")),
-        unregister: (address) =>
-          Effect.zipRight(
-            Effect.sync(() => (leaving = true)),
-            Effect.tap(inner.unregister(address), () => announce("left"))
-          )
-      })
+      return withRunnerChanges(inner, { interval, wake, announce })
     })
   )

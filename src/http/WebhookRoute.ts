@@ -10,8 +10,8 @@
  * Per webhook, only what must be done: no span unless the caller's traceparent samples the trace (the trace id is
  * still answered, logged and stored with the row), no new URL() (the query is split off by hand), and no fiber for a
  * callback verified at once and stored as it is (WebhookGateway.receive): its row joins the inbox's next batch and
- * the answer goes out when the batch commits. With the fiber gone, bench:webhooks' runner went from 2,402 to 3,577/s
- * (medians of 3; CPU per webhook 0.40 -> 0.24 ms, the bare-Node ceiling's 0.07-0.10 ms in the same runs).
+ * the answer goes out when the batch commits. With the fiber gone, bench:webhooks' runner went from 2,429 to 3,577/s
+ * (medians of 3; CPU per webhook 0.37 -> 0.24 ms, the bare-Node ceiling's 0.07-0.10 ms in the same runs).
  */
 import { Duration, Effect, Either, FiberSet, Layer } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"

@@ -243,23 +243,30 @@ export class WebhookGateway extends Effect.Service<WebhookGateway>()("WebhookGat
     ): void => {
       const { provider } = admitted
       const started = Date.now()
-      const verification = admitted.endpoint.verify(request, new Date(started))
-      if (!Either.isEither(verification)) {
-        return reply(
-          Effect.flatMap(verification, (v) => conclude(provider, decide(admitted, request, v, traceId), started))
-        )
+      let decision: Decision
+      try {
+        const verification = admitted.endpoint.verify(request, new Date(started))
+        if (!Either.isEither(verification)) {
+          return reply(
+            Effect.flatMap(verification, (v) => conclude(provider, decide(admitted, request, v, traceId), started))
+          )
+        }
+        decision = decide(admitted, request, verification, traceId)
+      } catch (defect) {
+        // plain code has no fiber to catch a throw: it becomes the Effect's defect (logged, answered 500), as it was
+        return reply(Effect.die(defect))
       }
-      const decision = decide(admitted, request, verification, traceId)
       if (decision._tag === "Refuse" || decision.checkAttempt) return reply(conclude(provider, decision, started))
       const entry = decision.entry
       inbox.offer(entry, (exit) => {
-        if (Exit.isSuccess(exit) && Either.isRight(exit.value)) {
+        if (Exit.isSuccess(exit)) {
+          if (Either.isLeft(exit.value)) return reply(afterStore(provider, entry, started, inbox.settle(exit.value)))
           recordPersisted(provider, exit.value.right, started, Date.now(), entry.providerOccurredAt)
           return reply({ status: 204 })
         }
-        // the runner is stopping (the batch interrupted): PostgreSQL may not have the row, the provider retries
-        if (Exit.isFailure(exit)) return reply({ status: 503, error: "unavailable" })
-        reply(afterStore(provider, entry, started, inbox.settle(exit.value)))
+        // the runner is stopping (the batch interrupted): PostgreSQL may not have the row, the provider retries;
+        // anything else (a defect of the batch) is logged and answered 500, as on the Effect path
+        reply(Exit.isInterrupted(exit) ? { status: 503, error: "unavailable" } : Effect.failCause(exit.cause))
       })
     }
 

@@ -1,4 +1,4 @@
-import { Duration, Effect, Exit, FiberId, FiberSet, Metric } from "effect"
+import { Cause, Duration, Effect, Exit, FiberId, FiberSet, Metric } from "effect"
 import { groupCommitBatchSize, groupCommitSeconds } from "../observability/metrics.js"
 
 /**
@@ -33,36 +33,43 @@ export const makeGroupCommit = <I, O, E>(options: {
     let closed = false
     const fork = yield* FiberSet.makeRuntime<never>()
 
-    // every entry is told, even past a caller's callback that throws (an `offer` caller's: plain code); the first
-    // such throw is raised after, a defect of the batch
-    const settle = (batch: ReadonlyArray<Entry>, exit: Exit.Exit<ReadonlyArray<O>, E>) => {
-      let thrown: { readonly error: unknown } | undefined
-      batch.forEach((e, i) => {
+    /**
+     * Tells every entry its exit, even past a caller's callback that throws (an `offer` caller's: plain code), and
+     * logs what was thrown (the caller that threw has its answer already; the others still get theirs).
+     */
+    const tell = (entries: ReadonlyArray<Entry>, exitOf: (i: number) => Exit.Exit<O, E>): Effect.Effect<void> => {
+      const thrown: Array<unknown> = []
+      entries.forEach((e, i) => {
         try {
-          e.done(
-            Exit.isFailure(exit)
-              ? Exit.failCause(exit.cause)
-              : exit.value[i] === undefined
-              ? Exit.die(new Error("group commit: no result for an item"))
-              : Exit.succeed(exit.value[i]!)
-          )
+          e.done(exitOf(i))
         } catch (error) {
-          thrown ??= { error }
+          thrown.push(error)
         }
       })
-      if (thrown !== undefined) throw thrown.error
+      return thrown.length === 0 ? Effect.void : Effect.logError(
+        `group commit (${options.name}): a caller's callback threw`,
+        Cause.die(thrown[0])
+      ).pipe(Effect.annotateLogs({ callbacks_thrown: thrown.length }))
     }
+
+    const settle = (batch: ReadonlyArray<Entry>, exit: Exit.Exit<ReadonlyArray<O>, E>) =>
+      tell(batch, (i) =>
+        Exit.isFailure(exit)
+          ? Exit.failCause(exit.cause)
+          : exit.value[i] === undefined
+          ? Exit.die(new Error("group commit: no result for an item"))
+          : Exit.succeed(exit.value[i]!))
 
     const runBatch = (batch: ReadonlyArray<Entry>) =>
       Effect.suspend(() => options.run(batch.map((e) => e.item))).pipe(
         Effect.exit,
         Effect.timed,
-        Effect.map(([took, exit]) => {
+        Effect.flatMap(([took, exit]) => {
           batchSize.unsafeUpdate(batch.length, [])
           commitSeconds.unsafeUpdate(Duration.toSeconds(took), [])
-          settle(batch, exit)
+          return settle(batch, exit)
         }),
-        Effect.onInterrupt(() => Effect.sync(() => settle(batch, interrupted))),
+        Effect.onInterrupt(() => settle(batch, interrupted)),
         Effect.ensuring(Effect.sync(() => {
           running--
           drain()
@@ -80,11 +87,11 @@ export const makeGroupCommit = <I, O, E>(options: {
     }
 
     yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
+      Effect.suspend(() => {
         closed = true
         const rest = queued
         queued = []
-        rest.forEach((e) => e.done(interrupted))
+        return tell(rest, () => interrupted)
       })
     )
 
