@@ -62,7 +62,8 @@ const watchHealth = (child: ChildProcess, httpPort: number, output: "inherit" | 
   for (const [from, to] of [[child.stdout, process.stdout], [child.stderr, process.stderr]] as const) {
     let tail = ""
     from?.on("data", (chunk: Buffer) => {
-      if (output === "inherit") to.write(chunk)
+      // each line marked with the runner's HTTP port: two runners' output interleaves
+      if (output === "inherit") to.write(chunk.toString().replace(/^(?=.)/gm, `[${httpPort}] `))
       const text = tail + chunk.toString()
       // the tail kept is one character shorter than the line: a line cut between two chunks is counted once
       health.shardLockLosses += text.split(SHARD_LOCK_LOSS).length - 1

@@ -70,6 +70,7 @@ export const withRunnerChanges = (
         : yield* Effect.timeoutOption(Queue.take(wake), Duration.millis(wait))
       if (Option.isSome(woken) && !leaving) {
         yield* Metric.increment(runnerListWakes)
+        yield* Effect.logDebug("runner list read early: a runner joined or left")
       } else {
         // not woken (or this runner left meanwhile: its own NOTIFY must not bring its reads forward)
         const rest = Math.min(yield* left(), Duration.toMillis(MAX_WAIT))
