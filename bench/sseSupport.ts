@@ -54,6 +54,10 @@ export const probe = async (pid: number, probeFile: string) => {
 }
 
 /** Runners this process started that are still alive (a runner that never answered has no handle here). */
+/** The machine's TCP sockets in TIME_WAIT (/proc/net/sockstat). */
+export const timeWaitSockets = () =>
+  Number(/^TCP:.* tw (\d+)/m.exec(fs.readFileSync("/proc/net/sockstat", "utf8"))?.[1] ?? 0)
+
 export const ownRunnerPids = () =>
   fs.readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number).filter((pid) => {
     try {
