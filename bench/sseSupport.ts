@@ -95,7 +95,13 @@ export interface Client {
 export const startCeiling = (env: Record<string, string>) =>
   new Promise<{ child: ChildProcess; port: number }>((resolve, reject) => {
     const child = fork("bench/sseCeiling.mjs", [], {
-      execArgv: ["--expose-gc", "--import", "./bench/memoryProbe.mjs"],
+      execArgv: [
+        "--expose-gc",
+        "--import",
+        "./bench/memoryProbe.mjs",
+        // its snapshots beside the gateways', to compare what a stream holds with nothing of ours
+        ...(process.env.BENCH_HEAP_SNAPSHOTS === "1" ? ["--heapsnapshot-signal=SIGUSR1"] : [])
+      ],
       env: { ...process.env, ...env },
       stdio: ["ignore", "pipe", "inherit", "ipc"]
     })

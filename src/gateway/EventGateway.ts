@@ -294,7 +294,7 @@ export class EventGateway extends Effect.Service<EventGateway>()("EventGateway",
             const following = conn.following = followed.value
             if (following.epoch !== current.epoch) return Effect.sync(() => conn.close("stream_lost"))
             if (conn.lastSeq >= following.current()) return Effect.sync(() => conn.goLive())
-            return catchUp(conn, request.projectId, following.current).pipe(
+            return catchUp(conn, request.projectId, () => following.current()).pipe(
               // retention took events the client still needed: reset, and go on from where the feed stands (a database
               // failure fails the open: the transport cuts the stream, and the client resumes by cursor)
               Effect.catchIf((e): e is "expired" => e === "expired", () =>

@@ -94,12 +94,25 @@ export interface FeedHead {
   readonly retainedSeq: number
 }
 
-export interface Following {
-  readonly epoch: number
+/**
+ * A listener following a feed, until `leave`. A class: a stream holds one for its life, two fields and no closures.
+ */
+export class Following {
+  constructor(private readonly feed: Feed, private readonly listener: FeedListener) {}
+
+  get epoch(): number {
+    return this.feed.epoch
+  }
+
   /** the sequence the feed has delivered up to now */
-  readonly current: () => number
+  current(): number {
+    return this.feed.seq
+  }
+
   /** stops following (idempotent) */
-  readonly leave: () => void
+  leave(): void {
+    this.feed.listeners.delete(this.listener)
+  }
 }
 
 export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds", {
@@ -304,7 +317,7 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
         Option.map((feed): Following => {
           feed.listeners.add(listener)
           feed.idleTicks = 0
-          return { epoch: feed.epoch, current: () => feed.seq, leave: () => void feed.listeners.delete(listener) }
+          return new Following(feed, listener)
         })
       )
 

@@ -55,6 +55,69 @@ const SSE_HEADERS = {
   "x-accel-buffering": "no"
 }
 
+/** What every SSE stream of a runner shares: its settings, its open streams, its metrics. */
+interface SseShared {
+  readonly retryMs: number
+  readonly deadlineMs: number
+  readonly open: Set<ServerResponse>
+  readonly blocked: WeakSet<ServerResponse>
+  readonly metrics: ReturnType<typeof transportMetrics>
+}
+
+/**
+ * One client's SSE response as the gateway's Transport. A class, not an object of closures: its methods are its
+ * prototype's, so an idle stream holds three fields, not five functions and their context (bench:sse, per stream).
+ */
+class SseTransport implements Transport {
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly traceId: string,
+    private readonly sse: SseShared
+  ) {}
+
+  open(): void {
+    this.res.writeHead(200, { ...SSE_HEADERS, [TRACE_HEADER]: this.traceId })
+    this.res.write(`retry: ${this.sse.retryMs}\n\n`)
+    this.sse.open.add(this.res)
+    this.sse.metrics.opened()
+  }
+
+  send(event: StreamEvent): boolean {
+    const written = this.res.write(sseFrame(event))
+    this.sse.metrics.delivered(event)
+    return written
+  }
+
+  reset(problem: CursorProblem, cursor: string): boolean {
+    return this.res.write(resetFrame(problem, cursor))
+  }
+
+  whenDrained(f: () => void, stalled: () => void): void {
+    const { res, sse } = this
+    sse.blocked.add(res)
+    const timer = setTimeout(() => {
+      res.off("drain", drained)
+      res.off("close", gone)
+      stalled()
+    }, sse.deadlineMs)
+    const gone = () => clearTimeout(timer)
+    const drained = () => {
+      clearTimeout(timer)
+      res.off("close", gone)
+      sse.blocked.delete(res)
+      f()
+    }
+    res.once("drain", drained)
+    res.once("close", gone)
+  }
+
+  close(reason: CloseReason): void {
+    // a client that reads gets a clean end; one that does not is cut off (its unread data is lost: it resumes)
+    if (reason === "overflow" || reason === "stalled") this.res.destroy()
+    else this.res.end()
+  }
+}
+
 /**
  * `GET /v1/projects/{project}/events`: Server-Sent Events (seed 12.5.6, 12.9.3). `retry:` on open, a comment
  * heartbeat every SSE_HEARTBEAT (15 s; load balancer idle timeouts must be longer), and a per-write deadline
@@ -72,46 +135,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const open = new Set<ServerResponse>()
   const blocked = new WeakSet<ServerResponse>()
   const metrics = transportMetrics("sse")
-
-  const transportOf = (res: ServerResponse, traceId: () => string): Transport => {
-    const close = (reason: CloseReason) => {
-      // a client that reads gets a clean end; one that does not is cut off (its unread data is lost: it resumes)
-      if (reason === "overflow" || reason === "stalled") res.destroy()
-      else res.end()
-    }
-    return {
-      open: () => {
-        res.writeHead(200, { ...SSE_HEADERS, [TRACE_HEADER]: traceId() })
-        res.write(`retry: ${retryMs}\n\n`)
-        open.add(res)
-        metrics.opened()
-      },
-      send: (event) => {
-        const written = res.write(sseFrame(event))
-        metrics.delivered(event)
-        return written
-      },
-      reset: (problem, cursor) => res.write(resetFrame(problem, cursor)),
-      whenDrained: (f, stalled) => {
-        blocked.add(res)
-        const timer = setTimeout(() => {
-          res.off("drain", drained)
-          res.off("close", gone)
-          stalled()
-        }, deadlineMs)
-        const gone = () => clearTimeout(timer)
-        const drained = () => {
-          clearTimeout(timer)
-          res.off("close", gone)
-          blocked.delete(res)
-          f()
-        }
-        res.once("drain", drained)
-        res.once("close", gone)
-      },
-      close
-    }
-  }
+  const sse: SseShared = { retryMs, deadlineMs, open, blocked, metrics }
 
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     // the request's trace id: its valid traceparent's, else a new one
@@ -122,7 +146,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
     }
     req.socket.setNoDelay(true)
     const url = new URL(req.url ?? "/", "http://gateway")
-    const transport = transportOf(res, () => traceId)
+    const transport = new SseTransport(res, traceId, sse)
     let closed: (() => void) | undefined
     let holder: Holder | undefined
     // dropped once it is done: a finished fiber still holds its whole state, and a stream lives for hours. No span
