@@ -277,7 +277,13 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
             target
         while (ADMIT === "seed" ? !(await inHand()) : (await inFlight(db)) < target) {
           if (Date.now() - batchStart > SUBMIT_TIMEOUT_S * 1000) {
-            throw new Error(`only ${await inFlight(db)} of ${target} submitted`)
+            throw new Error(
+              ADMIT === "seed"
+                ? `the runners took ${
+                  (await gauge(ports, "effect_cluster_entities")) + (await gauge(ports, "tasks_parked"))
+                } of ${target} seeded tasks in hand (${await untouched(db)} never touched) in ${SUBMIT_TIMEOUT_S} s`
+                : `only ${await inFlight(db)} of ${target} submitted in ${SUBMIT_TIMEOUT_S} s`
+            )
           }
           await sleep(1000)
         }
