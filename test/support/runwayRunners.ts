@@ -1,11 +1,15 @@
 import { FetchHttpClient } from "@effect/platform"
+import { afterAll } from "@effect/vitest"
 import { Context, Effect, Layer, Redacted } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import { layerPostgres } from "../../src/persistence/Database.js"
 import { layerStores } from "../../src/runners/Runner.js"
 import { simulatorOutputHosts } from "../../src/simulator/embedded.js"
 import { makeTestDatabaseUrl } from "./database.js"
 import { services } from "./env.js"
-import { quietLogs } from "./runner.js"
+import { freePort, quietLogs } from "./runner.js"
 import { layerSim } from "./simulator.js"
 
 /**
@@ -57,3 +61,31 @@ export const runwayRunnerEnv = (o: {
   SWEEP_GRACE: "2 seconds",
   LOG_LEVEL: "WARN"
 })
+
+/**
+ * Free ports for the simulator and two runner processes A and B (HTTP and cluster), A's and B's addresses as the
+ * runner list names them, the simulator's URL, and a Redis key prefix of the test file's own.
+ */
+export const twoRunnerPorts = async () => {
+  const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
+    Effect.all([freePort, freePort, freePort, freePort, freePort])
+  )
+  return {
+    simPort,
+    httpA,
+    runnerA,
+    httpB,
+    runnerB,
+    A: `127.0.0.1:${runnerA}`,
+    B: `127.0.0.1:${runnerB}`,
+    sim: `http://127.0.0.1:${simPort}`,
+    keyPrefix: `test-${crypto.randomUUID().slice(0, 8)}:`
+  }
+}
+
+/** A temporary folder (a runner's object store), removed after the test file's tests. */
+export const tempFolder = (name: string) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `${name}-`))
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
+  return dir
+}

@@ -1,15 +1,11 @@
 import { SqlClient } from "@effect/sql"
-import { afterAll, describe, expect, layer } from "@effect/vitest"
+import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Fiber, Schedule } from "effect"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
 import { admin, operatorToken, runnerPath, runOps, scopedRunner, shardCounts, until } from "../../support/admin.js"
 import { noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
 import { waitForHttp } from "../../support/processes.js"
-import { freePort } from "../../support/runner.js"
-import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runwayRunners.js"
+import { DbUrl, layerRunwayFixture, runwayRunnerEnv, tempFolder, twoRunnerPorts } from "../../support/runwayRunners.js"
 import { Sim } from "../../support/simulator.js"
 import { admitTask } from "../../support/tasks.js"
 
@@ -17,22 +13,15 @@ const TASKS = 200
 /** After its shard moved, a task's entity is woken by the new owner's next look (ResumeOnAcquire, every 500 ms). */
 const RESUME_ALLOWANCE_MS = scaled(1_000)
 const AUTH_SECRET = "cluster-drain-test-secret-0123456789abcdef"
-const suffix = crypto.randomUUID().slice(0, 8)
-const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
-  Effect.all([freePort, freePort, freePort, freePort, freePort])
-)
-const A = `127.0.0.1:${runnerA}`
-const B = `127.0.0.1:${runnerB}`
-const sim = `http://127.0.0.1:${simPort}`
-const objects = fs.mkdtempSync(path.join(os.tmpdir(), "cluster-drain-objects-"))
-afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
+const { simPort, httpA, runnerA, httpB, runnerB, A, B, sim, keyPrefix } = await twoRunnerPorts()
+const objects = tempFolder("cluster-drain-objects")
 
 const TestLayer = layerRunwayFixture(simPort)
 
 /** A runner polling Runway (polling only) on the simulator every 1–3 s (POLL_INTERVAL_SCALE 0.2). */
 const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
   scopedRunner({
-    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix: `test-${suffix}:` }),
+    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix }),
     AUTH_SECRET,
     POLL_INTERVAL_SCALE: "0.2"
   })

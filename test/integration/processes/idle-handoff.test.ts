@@ -1,36 +1,25 @@
 import { SqlClient } from "@effect/sql"
-import { afterAll, describe, expect, layer } from "@effect/vitest"
+import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
 import { admin, operatorToken, runnerPath, scopedRunner, shardCounts, until } from "../../support/admin.js"
 import { noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
 import { waitForHttp } from "../../support/processes.js"
-import { freePort } from "../../support/runner.js"
-import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runwayRunners.js"
+import { DbUrl, layerRunwayFixture, runwayRunnerEnv, tempFolder, twoRunnerPorts } from "../../support/runwayRunners.js"
 import { Sim } from "../../support/simulator.js"
 import { admitTask } from "../../support/tasks.js"
 
 const TASKS = 60
 const AUTH_SECRET = "idle-handoff-test-secret-0123456789abcdef"
-const suffix = crypto.randomUUID().slice(0, 8)
-const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
-  Effect.all([freePort, freePort, freePort, freePort, freePort])
-)
-const A = `127.0.0.1:${runnerA}`
-const B = `127.0.0.1:${runnerB}`
-const sim = `http://127.0.0.1:${simPort}`
-const objects = fs.mkdtempSync(path.join(os.tmpdir(), "idle-handoff-objects-"))
-afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
+const { simPort, httpA, runnerA, httpB, runnerB, A, B, sim, keyPrefix } = await twoRunnerPorts()
+const objects = tempFolder("idle-handoff-objects")
 
 const TestLayer = layerRunwayFixture(simPort)
 
 /** A runner polling Runway every 1–3 s whose tasks go idle between polls (TASK_IDLE_AFTER 500 ms). */
 const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
   scopedRunner({
-    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix: `test-${suffix}:` }),
+    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix }),
     AUTH_SECRET,
     POLL_INTERVAL_SCALE: "0.2",
     TASK_IDLE_AFTER: "500 millis",

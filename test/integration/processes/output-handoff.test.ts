@@ -1,16 +1,14 @@
 import { SqlClient } from "@effect/sql"
-import { afterAll, describe, expect, layer } from "@effect/vitest"
+import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Schedule } from "effect"
 import * as fs from "node:fs"
-import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
 import { outputKey } from "../../../src/entities/outputSteps.js"
 import { noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
 import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
-import { freePort } from "../../support/runner.js"
-import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runwayRunners.js"
+import { DbUrl, layerRunwayFixture, runwayRunnerEnv, tempFolder, twoRunnerPorts } from "../../support/runwayRunners.js"
 import { Sim } from "../../support/simulator.js"
 import { admitTask } from "../../support/tasks.js"
 
@@ -21,21 +19,16 @@ import { admitTask } from "../../support/tasks.js"
  * over: the fetch is recorded done but the file is on A's disk, so B's probe misses it, and the output is downloaded
  * again (within the URL's deadline) into B's store: the task ends ready, not output_unavailable, with one submission.
  */
-const suffix = crypto.randomUUID().slice(0, 8)
-const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
-  Effect.all([freePort, freePort, freePort, freePort, freePort])
-)
-const sim = `http://127.0.0.1:${simPort}`
-const diskA = fs.mkdtempSync(path.join(os.tmpdir(), "output-handoff-a-"))
-const diskB = fs.mkdtempSync(path.join(os.tmpdir(), "output-handoff-b-"))
-afterAll(() => [diskA, diskB].forEach((d) => fs.rmSync(d, { recursive: true, force: true })))
+const { simPort, httpA, runnerA, httpB, runnerB, sim, keyPrefix } = await twoRunnerPorts()
+const diskA = tempFolder("output-handoff-a")
+const diskB = tempFolder("output-handoff-b")
 
 /** The advisory lock the held commit waits for (the test holds it on a connection of its own). */
 const HOLD = 15_150_001
 
 const runner = (databaseUrl: string, httpPort: number, runnerPort: number, objects: string) =>
   spawnRunner({
-    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix: `test-${suffix}:` }),
+    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix }),
     POLL_INTERVAL_SCALE: "0.05"
   })
 

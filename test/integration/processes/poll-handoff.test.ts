@@ -1,32 +1,22 @@
 import { SqlClient } from "@effect/sql"
-import { afterAll, describe, expect, layer } from "@effect/vitest"
+import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect, Schedule } from "effect"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
 import { noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
 import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
-import { freePort } from "../../support/runner.js"
-import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runwayRunners.js"
+import { DbUrl, layerRunwayFixture, runwayRunnerEnv, tempFolder, twoRunnerPorts } from "../../support/runwayRunners.js"
 import { Sim } from "../../support/simulator.js"
 import { admitTask } from "../../support/tasks.js"
 
-const suffix = crypto.randomUUID().slice(0, 8)
-
-const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
-  Effect.all([freePort, freePort, freePort, freePort, freePort])
-)
-const sim = `http://127.0.0.1:${simPort}`
-const objects = fs.mkdtempSync(path.join(os.tmpdir(), "poll-handoff-objects-"))
-afterAll(() => fs.rmSync(objects, { recursive: true, force: true }))
+const { simPort, httpA, runnerA, httpB, runnerB, sim, keyPrefix } = await twoRunnerPorts()
+const objects = tempFolder("poll-handoff-objects")
 
 const TestLayer = layerRunwayFixture(simPort)
 
 /** A runner process polling Runway (polling only) on the simulator, with a 4 s poll lease. */
 const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
   spawnRunner({
-    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix: `test-${suffix}:` }),
+    ...runwayRunnerEnv({ databaseUrl, httpPort, runnerPort, sim, objects, keyPrefix }),
     POLL_INTERVAL_SCALE: "0.05",
     POLL_LEASE: "4 seconds"
   })

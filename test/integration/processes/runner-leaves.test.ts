@@ -1,14 +1,10 @@
 import { describe, expect, layer } from "@effect/vitest"
 import { Duration, Effect } from "effect"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
 import { operatorToken, scopedRunner, shardCounts, until } from "../../support/admin.js"
 import { noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
 import { waitForHttp, withTimeout } from "../../support/processes.js"
-import { freePort } from "../../support/runner.js"
-import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runwayRunners.js"
+import { DbUrl, layerRunwayFixture, runwayRunnerEnv, tempFolder, twoRunnerPorts } from "../../support/runwayRunners.js"
 
 /**
  * A runner joining or leaving is heard by the others at once (src/cluster/RunnerChanges.ts), not at their next read of
@@ -16,13 +12,8 @@ import { DbUrl, layerRunwayFixture, runwayRunnerEnv } from "../../support/runway
  * move within the test's bounds because the join and the leave were announced.
  */
 const AUTH_SECRET = "runner-leaves-test-secret-0123456789abcdef"
-const suffix = crypto.randomUUID().slice(0, 8)
-const [simPort, httpA, runnerA, httpB, runnerB] = await Effect.runPromise(
-  Effect.all([freePort, freePort, freePort, freePort, freePort])
-)
-const A = `127.0.0.1:${runnerA}`
-const B = `127.0.0.1:${runnerB}`
-const objects = fs.mkdtempSync(path.join(os.tmpdir(), "runner-leaves-objects-"))
+const { simPort, httpA, runnerA, httpB, runnerB, A, B, keyPrefix } = await twoRunnerPorts()
+const objects = tempFolder("runner-leaves-objects")
 
 const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
   scopedRunner({
@@ -32,7 +23,7 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
       runnerPort,
       sim: `http://127.0.0.1:${simPort}`,
       objects,
-      keyPrefix: `test-${suffix}:`
+      keyPrefix
     }),
     AUTH_SECRET,
     REFRESH_ASSIGNMENTS_INTERVAL: "10 minutes"
@@ -76,10 +67,7 @@ describe.skipIf(noDatabase)("a runner joining or leaving", () => {
           yield* until("A holds every shard again", shardCounts(httpA, token), (c) => c.get(A) === 300, "60 seconds")
           yield* Effect.logWarning(`A holds every shard ${Date.now() - stoppedAt} ms after B's SIGTERM`)
           expect(yield* wakes(httpA)).toBeGreaterThanOrEqual(wakesBefore + 2)
-        }).pipe(
-          Effect.scoped,
-          Effect.ensuring(Effect.sync(() => fs.rmSync(objects, { recursive: true, force: true })))
-        ),
+        }).pipe(Effect.scoped),
       { timeout: scaledDuration(Duration.minutes(4)).pipe(Duration.toMillis) }
     )
   })
