@@ -82,7 +82,7 @@ export const makeTransport = (options: {
   readonly headers: Record<string, string>
   readonly timeout: Duration.Duration
 }): Transport => {
-  const responses = seriesBy(Metric.tagged(providerResponses, "provider", options.provider), "status")
+  const responses = seriesBy(providerResponses, "provider", "status")
   const authorized = (path: string) =>
     HttpClientRequest.get(`${options.baseUrl}${path}`).pipe(HttpClientRequest.setHeaders(options.headers))
 
@@ -94,8 +94,8 @@ export const makeTransport = (options: {
     return Effect.flatMap(withBody(req, body), options.http.execute).pipe(
       Effect.timeout(options.timeout),
       Effect.tapBoth({
-        onSuccess: (res) => Metric.increment(responses(String(res.status))),
-        onFailure: () => Metric.increment(responses("network"))
+        onSuccess: (res) => Metric.increment(responses(options.provider, String(res.status))),
+        onFailure: () => Metric.increment(responses(options.provider, "network"))
       })
     )
   }

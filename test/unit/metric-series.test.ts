@@ -17,4 +17,16 @@ describe("seriesBy", () => {
       expect((yield* Metric.value(Metric.tagged(Metric.tagged(counter, "provider", "runway"), "outcome", "ok"))).count)
         .toBe(1)
     }))
+
+  it.effect("updated in plain code and with a fiber's own labels, as Metric.tagged would count them", () =>
+    Effect.gen(function*() {
+      const counter = Metric.counter(`series_test_plain_${Date.now()}`)
+      const by = seriesBy(counter, "provider")
+      by("openai").unsafeUpdate(1, [])
+      by("openai").unsafeUpdate(1, [])
+      yield* Metric.increment(by("openai")).pipe(Effect.tagMetrics("region", "eu"))
+      expect((yield* Metric.value(Metric.tagged(counter, "provider", "openai"))).count).toBe(2)
+      expect((yield* Metric.value(Metric.tagged(Metric.tagged(counter, "provider", "openai"), "region", "eu"))).count)
+        .toBe(1)
+    }))
 })
