@@ -2,6 +2,7 @@ import { Context, Duration, Effect, Layer, Metric, Option, Queue, Schema, type S
 import type { Redis as IORedis } from "ioredis"
 import * as S from "../config/Settings.js"
 import { busPublishSeconds } from "../observability/metrics.js"
+import { labelled } from "../observability/series.js"
 import { duplicate, Redis } from "../redis/Redis.js"
 
 export class BusUnavailable extends Schema.TaggedError<BusUnavailable>()("BusUnavailable", {
@@ -204,8 +205,8 @@ export const layerRedis: Layer.Layer<NotificationBus, never, Redis> = Layer.scop
     const connection = yield* duplicate(publisher, "bus-subscriber", { autoResubscribe: false })
     const channelOf = (projectId: string) => `${keyPrefix}project:${projectId}`
     const published = {
-      ok: Metric.tagged(busPublishSeconds, "outcome", "ok"),
-      failed: Metric.tagged(busPublishSeconds, "outcome", "failed")
+      ok: labelled(busPublishSeconds, { outcome: "ok" }),
+      failed: labelled(busPublishSeconds, { outcome: "failed" })
     }
     // the SUBSCRIBE that made each channel live on the current connection: later subscribers wait for it too
     const live = new Map<string, Promise<unknown>>()

@@ -2,14 +2,14 @@
  * The metrics of one transport's open streams (seed 12.11.6), for the plain code of the raw routes: each call is a
  * synchronous update of the global registry, no fiber.
  */
-import { Metric } from "effect"
 import { deliverySeconds, heartbeatFailures, openStreams } from "../observability/metrics.js"
+import { labelled } from "../observability/series.js"
 import type { StreamEvent } from "../persistence/EventLog.js"
 
 export const transportMetrics = (transport: "sse" | "ws") => {
-  const latency = Metric.tagged(deliverySeconds, "transport", transport)
-  const open = Metric.tagged(openStreams, "transport", transport)
-  const heartbeat = Metric.tagged(heartbeatFailures, "transport", transport)
+  const latency = labelled(deliverySeconds, { transport })
+  const open = labelled(openStreams, { transport })
+  const heartbeat = labelled(heartbeatFailures, { transport })
   open.unsafeModify(0, []) // registered at 0: "no stream open" is a value, not a missing series
   return {
     /** A frame was written: its change's commit to now (live events only: a replayed one has no commit time). */

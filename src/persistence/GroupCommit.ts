@@ -1,5 +1,6 @@
-import { Cause, Duration, Effect, Exit, FiberId, FiberSet, Metric } from "effect"
+import { Cause, Duration, Effect, Exit, FiberId, FiberSet } from "effect"
 import { groupCommitBatchSize, groupCommitSeconds } from "../observability/metrics.js"
+import { labelled } from "../observability/series.js"
 
 /**
  * Natural batching for a write path: callers enqueue and wait; up to `parallelism` batches run at once, each taking
@@ -24,8 +25,8 @@ export const makeGroupCommit = <I, O, E>(options: {
 }) =>
   Effect.gen(function*() {
     type Entry = { readonly item: I; readonly done: (exit: Exit.Exit<O, E>) => void }
-    const batchSize = Metric.tagged(groupCommitBatchSize, "writer", options.name)
-    const commitSeconds = Metric.tagged(groupCommitSeconds, "writer", options.name)
+    const batchSize = labelled(groupCommitBatchSize, { writer: options.name })
+    const commitSeconds = labelled(groupCommitSeconds, { writer: options.name })
     const interrupted = Exit.interrupt(FiberId.none)
     let queued: Array<Entry> = []
     let running = 0

@@ -3,6 +3,7 @@ import { Data, Effect, Metric, Option, Schedule } from "effect"
 import * as S from "../config/Settings.js"
 import { domainEventOf, publicPayloadOf } from "../domain/taskEvents.js"
 import { taskTransitions } from "../observability/metrics.js"
+import { labelled } from "../observability/series.js"
 import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound } from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"
@@ -147,7 +148,7 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
 }) {}
 
 /** A task created by the API is its first transition: to queued. */
-const createdTransitions = taskTransitions.pipe(Metric.tagged("source", "api"), Metric.tagged("to", "queued"))
+const createdTransitions = labelled(taskTransitions, { source: "api", to: "queued" })
 
 const createdEvent = (task: TaskSnapshot, eventId: string, traceId: string) => ({
   ...domainEventOf(task, { eventType: "task.created", source: "api", traceId, occurredAt: task.createdAt }),

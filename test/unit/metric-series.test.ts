@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Metric } from "effect"
-import { seriesBy } from "../../src/observability/series.js"
+import { Effect, Metric, MetricBoundaries } from "effect"
+import { labelled, seriesBy } from "../../src/observability/series.js"
 
 describe("seriesBy", () => {
   it.effect("one series per label values, made once, counted under those labels", () =>
@@ -28,5 +28,18 @@ describe("seriesBy", () => {
       expect((yield* Metric.value(Metric.tagged(counter, "provider", "openai"))).count).toBe(2)
       expect((yield* Metric.value(Metric.tagged(Metric.tagged(counter, "provider", "openai"), "region", "eu"))).count)
         .toBe(1)
+    }))
+
+  it.effect("labelled: a metric with fixed labels counts as Metric.tagged with the same labels", () =>
+    Effect.gen(function*() {
+      const histogram = Metric.histogram(
+        `series_test_histogram_${Date.now()}`,
+        MetricBoundaries.linear({ start: 0, width: 1, count: 3 })
+      )
+      const series = labelled(histogram, { writer: "inbox", outcome: "ok" })
+      series.unsafeUpdate(1, [])
+      yield* Metric.update(series, 2)
+      const state = yield* Metric.value(Metric.tagged(Metric.tagged(histogram, "writer", "inbox"), "outcome", "ok"))
+      expect([state.count, state.sum]).toEqual([2, 3])
     }))
 })
