@@ -4,6 +4,9 @@
  * runner is stopped; from the signal on, as clients that keep asking would, every task is asked through the other
  * runner (a cancel, which goes through the task's entity) until it answers. Recovery = the signal → the last task
  * answering. (Until stop 28 the asking began only once the stopped runner had exited, which added its exit time.)
+ * Its ceiling, in the same round: as many other tasks, asked the same way just before the signal, with nobody
+ * stopped. That is what the asks cost by themselves (a cancel is ~10 ms of runner CPU here); the difference is
+ * what the handoff adds.
  *
  *   BENCH_TASKS (60)  BENCH_ROUNDS (1; medians of the rounds are printed)  DATABASE_URL (admin URL)
  *   BENCH_SIGNALS (SIGKILL,SIGTERM)  which stops each round measures
@@ -43,6 +46,36 @@ const startRunner = (url: string) =>
   })
 
 const stop = stopProcess
+const signalName = (signal: "SIGKILL" | "SIGTERM") => signal === "SIGKILL" ? "kill -9" : "SIGTERM"
+
+/**
+ * Cancels every task through the runner on `port` until its entity answers (202, or 409: no longer cancelable),
+ * asking again 100 ms after a failure or a 15 s silence; the answers' times since `t0`, sorted.
+ */
+const askUntilAnswered = async (
+  port: number,
+  project: string,
+  ids: ReadonlyArray<string>,
+  headers: Record<string, string>,
+  t0: number
+) => {
+  const answeredAt = await Promise.all(ids.map(async (id) => {
+    for (;;) {
+      try {
+        const res = await fetch(`http://127.0.0.1:${port}/v1/projects/${project}/tasks/${id}/cancel`, {
+          method: "POST",
+          headers,
+          signal: AbortSignal.timeout(15_000)
+        })
+        if (res.status === 202 || res.status === 409) return performance.now() - t0
+      } catch {
+        // timed out: ask again
+      }
+      await sleep(100)
+    }
+  }))
+  return answeredAt.sort((x, y) => x - y)
+}
 
 const main = async () => {
   process.env.AUTH_SECRET = SECRET
@@ -60,6 +93,7 @@ const main = async () => {
   const runners: Array<ChildProcess> = []
   let project: string | undefined
   const lastAnswer = { SIGKILL: [] as Array<number>, SIGTERM: [] as Array<number> }
+  const unstopped = { SIGKILL: [] as Array<number>, SIGTERM: [] as Array<number> }
   try {
     for (let round = 0; round < ROUNDS; round++) {
       for (const signal of SIGNALS) {
@@ -71,8 +105,10 @@ const main = async () => {
           const res = await fetch(`http://127.0.0.1:${b.httpPort}/v1/projects`, { method: "POST", headers })
           project = ((await res.json()) as { project_id: string }).project_id
         }
+        // twice the tasks: the first half is asked with nobody stopped (the same asks' own cost, the ceiling),
+        // the second half from the signal on
         const ids: Array<string> = []
-        for (let i = 0; i < TASKS; i++) {
+        for (let i = 0; i < 2 * TASKS; i++) {
           const res = await fetch(`http://127.0.0.1:${b.httpPort}/v1/projects/${project}/tasks`, {
             method: "POST",
             headers: { ...headers, "idempotency-key": crypto.randomUUID() },
@@ -80,38 +116,29 @@ const main = async () => {
           })
           ids.push(((await res.json()) as { task_id: string }).task_id)
         }
+        const asked = ids.slice(0, TASKS)
+        const handedOver = ids.slice(TASKS)
+        const baseline = await askUntilAnswered(a.httpPort, project, asked, headers, performance.now())
+        await sleep(2000) // the baseline's tail (outbox, relay) done before the signal
         const t0 = performance.now()
         let exited = 0
         const stopped = stop(b.child, signal).then(() => void (exited = (performance.now() - t0) / 1000))
-        const answeredAt = await Promise.all(ids.map(async (id) => {
-          for (;;) {
-            try {
-              const res = await fetch(`http://127.0.0.1:${a.httpPort}/v1/projects/${project}/tasks/${id}/cancel`, {
-                method: "POST",
-                headers,
-                signal: AbortSignal.timeout(15_000)
-              })
-              // 202 or 409 (no longer cancelable): either way the task's entity answered
-              if (res.status === 202 || res.status === 409) return performance.now() - t0
-            } catch {
-              // timed out: ask again
-            }
-            await sleep(100)
-          }
-        }))
+        const answeredAt = await askUntilAnswered(a.httpPort, project, handedOver, headers, t0)
         await stopped
-        answeredAt.sort((x, y) => x - y)
-        const p = (
-          q: number
-        ) => (answeredAt[Math.min(answeredAt.length - 1, Math.floor(q * answeredAt.length))]! / 1000)
-        lastAnswer[signal].push(p(1))
+        const p = (xs: ReadonlyArray<number>, q: number) =>
+          xs[Math.min(xs.length - 1, Math.floor(q * xs.length))]! / 1000
+        lastAnswer[signal].push(p(answeredAt, 1))
+        unstopped[signal].push(p(baseline, 1))
         console.log(
-          `${signal === "SIGKILL" ? "kill -9" : "SIGTERM"}: ${TASKS} tasks, every one answered on the survivor after ` +
-            `first ${p(0).toFixed(2)} s, p50 ${p(0.5).toFixed(2)} s, max ${
-              p(1).toFixed(2)
-            } s (asked from the signal on; ` +
-            `the stopped runner exited after ${exited.toFixed(2)} s; the first answers are tasks the survivor ` +
-            `already held)`
+          `${signalName(signal)}: ${TASKS} tasks, every one answered on the survivor after first ${
+            p(answeredAt, 0).toFixed(2)
+          } s, p50 ${p(answeredAt, 0.5).toFixed(2)} s, max ${p(answeredAt, 1).toFixed(2)} s (asked from the signal ` +
+            `on; the stopped runner exited after ${exited.toFixed(2)} s; the first answers are tasks the survivor ` +
+            `already held). The same asks with nobody stopped: p50 ${p(baseline, 0.5).toFixed(2)} s, max ${
+              p(baseline, 1).toFixed(2)
+            } s: the handoff adds ${(p(answeredAt, 1) - p(baseline, 1)).toFixed(2)} s (ratio ${
+              (p(answeredAt, 1) / p(baseline, 1)).toFixed(2)
+            })`
         )
         await stop(a.child, "SIGTERM")
         // runner 1 survives, runner 2 is stopped: a loss on runner 1 is a self-inflicted failover
@@ -119,10 +146,14 @@ const main = async () => {
       }
     }
     for (const signal of SIGNALS) {
+      const last = percentile(lastAnswer[signal], 50)
+      const ceiling = percentile(unstopped[signal], 50)
       console.log(
-        `${signal === "SIGKILL" ? "kill -9" : "SIGTERM"}: last task answered after ${
-          percentile(lastAnswer[signal], 50).toFixed(2)
-        } s (median of ${ROUNDS}; each: ${lastAnswer[signal].map((x) => x.toFixed(2)).join(", ")} s)`
+        `${signalName(signal)}: last task answered after ${last.toFixed(2)} s (median of ${ROUNDS}; each: ${
+          lastAnswer[signal].map((x) => x.toFixed(2)).join(", ")
+        } s); the same asks with nobody stopped ${ceiling.toFixed(2)} s: the handoff adds ${
+          (last - ceiling).toFixed(2)
+        } s (ratio ${(last / ceiling).toFixed(2)})`
       )
     }
   } finally {
