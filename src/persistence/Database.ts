@@ -46,12 +46,22 @@ import { formatHost, parseDsn } from "./pgHosts.js"
 import { listenOnOwnClient } from "./pgListen.js"
 import { makePool, type PoolSession, trackSessions } from "./pgPool.js"
 
-// int8 (20) as a JS number: versions, cursors and counters stay far below 2^53.
+/**
+ * int8 (20) as a JS number where that is exact: our versions, cursors and counters stay far below 2^53. A larger one
+ * stays the text pg gives: @effect/cluster's snowflake ids (cluster_messages, cluster_replies) are above 2^57 and
+ * read back through BigInt(text). As numbers they were rounded to a multiple of 32: keep-alives of different tasks
+ * came back with one request id, their replies were saved against the wrong message (unique violations, retried
+ * four times each: ~70 failed transactions/s in bench:polling) and the right ones were never marked processed.
+ */
+export const parseInt8 = (text: string): number | string => {
+  const n = Number(text)
+  return Number.isSafeInteger(n) ? n : text
+}
 const INT8_OID = 20
 const types: Pg.CustomTypesConfig = {
   getTypeParser: ((oid: number, format?: "text" | "binary") =>
     oid === INT8_OID && format !== "binary"
-      ? (value: string) => Number(value)
+      ? parseInt8
       : (pg.types.getTypeParser as (oid: number, format?: string) => unknown)(oid, format)) as never
 }
 

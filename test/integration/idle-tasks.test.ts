@@ -68,6 +68,24 @@ const keepAlivesOf = (taskId: string) =>
       Effect.orDie
     )
 
+/**
+ * The tasks' keep-alives that are not answered against their own message (unprocessed, or with no reply of their
+ * request id), and replies whose request is no message at all. Snowflake ids read back rounded (stop 30: int8 parsed
+ * as a number) sent a reply to another id and left its message unprocessed.
+ */
+const unansweredKeepAlives = (taskIds: ReadonlyArray<string>) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ unanswered: number; orphans: number }>`
+      SELECT
+        (SELECT count(*)::int FROM cluster_messages m
+          WHERE m.tag = 'Cluster/Entity/keepAlive' AND m.entity_id IN ${sql.in(taskIds)}
+          AND (NOT m.processed OR NOT EXISTS (SELECT 1 FROM cluster_replies r WHERE r.request_id = m.id))) AS unanswered,
+        (SELECT count(*)::int FROM cluster_replies r
+          WHERE NOT EXISTS (SELECT 1 FROM cluster_messages m WHERE m.id = r.request_id)) AS orphans`).pipe(
+      Effect.map((rows) => rows[0]!),
+      Effect.orDie
+    )
+
 const parkedNow = () => Effect.runSync(Metric.value(tasksParked)).value
 
 /** The attempt's next poll once it is scheduled (the submission commits first, then schedules it). */
@@ -138,6 +156,16 @@ describe.skipIf(noDatabase)("idle task entities", () => {
           // (measured: 2 per task for 10–13 polls; one per poll and lead before, 6–9)
           expect(keepAlives).toBeLessThanOrEqual(Math.floor(queries.length / 2))
         }
+        // every lifecycle has ended: each keep-alive answered against its own message (the answer is written by a
+        // fiber of its own, so waited for)
+        let last = { unanswered: -1, orphans: -1 }
+        yield* Effect.suspend(() => unansweredKeepAlives(ids)).pipe(
+          Effect.tap((n) => Effect.sync(() => void (last = n))),
+          Effect.repeat({ until: (n) => n.unanswered === 0, schedule: Schedule.spaced("100 millis") }),
+          Effect.timeout(Duration.seconds(10)),
+          Effect.ignore
+        )
+        expect(last).toEqual({ unanswered: 0, orphans: 0 })
       }))
   })
 })
