@@ -4,6 +4,7 @@ import { type ILogger, type MessageView, Producer, SimpleConsumer } from "rocket
 import * as S from "../config/Settings.js"
 import { backoffSchedule } from "../domain/backoff.js"
 import { queueConsumeLagSeconds } from "../observability/metrics.js"
+import { labelled } from "../observability/series.js"
 import {
   type BatchHandler,
   type Delivery,
@@ -173,7 +174,7 @@ export const makeRocketMQQueue = (
         // The broker's attempt count restarts at 1 when a redelivered batch differs from the first one (new messages
         // behind it), so the last failed attempt is also kept here (by message id, bounded) and the larger count wins.
         const failures = new Map<string, number>()
-        const consumeLag = Metric.tagged(queueConsumeLagSeconds, "group", group)
+        const consumeLag = labelled(queueConsumeLagSeconds, { group })
 
         /**
          * Hands one round (one message per group) to the handler; acks what it handled. Answers, per message, whether
