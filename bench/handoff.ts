@@ -50,7 +50,7 @@ const signalName = (signal: "SIGKILL" | "SIGTERM") => signal === "SIGKILL" ? "ki
 
 /**
  * Cancels every task through the runner on `port` until its entity answers (202, or 409: no longer cancelable),
- * asking again 100 ms after a failure or a 15 s silence; the answers' times since `t0`, sorted.
+ * asking again 100 ms after a failure or a 15 s silence; the answers' times since `t0`, in seconds.
  */
 const askUntilAnswered = async (
   port: number,
@@ -59,7 +59,7 @@ const askUntilAnswered = async (
   headers: Record<string, string>,
   t0: number
 ) => {
-  const answeredAt = await Promise.all(ids.map(async (id) => {
+  return Promise.all(ids.map(async (id) => {
     for (;;) {
       try {
         const res = await fetch(`http://127.0.0.1:${port}/v1/projects/${project}/tasks/${id}/cancel`, {
@@ -67,14 +67,13 @@ const askUntilAnswered = async (
           headers,
           signal: AbortSignal.timeout(15_000)
         })
-        if (res.status === 202 || res.status === 409) return performance.now() - t0
+        if (res.status === 202 || res.status === 409) return (performance.now() - t0) / 1000
       } catch {
         // timed out: ask again
       }
       await sleep(100)
     }
   }))
-  return answeredAt.sort((x, y) => x - y)
 }
 
 const main = async () => {
@@ -125,20 +124,18 @@ const main = async () => {
         const stopped = stop(b.child, signal).then(() => void (exited = (performance.now() - t0) / 1000))
         const answeredAt = await askUntilAnswered(a.httpPort, project, handedOver, headers, t0)
         await stopped
-        const p = (xs: ReadonlyArray<number>, q: number) =>
-          xs[Math.min(xs.length - 1, Math.floor(q * xs.length))]! / 1000
-        lastAnswer[signal].push(p(answeredAt, 1))
-        unstopped[signal].push(p(baseline, 1))
+        const last = percentile(answeredAt, 100)
+        const ceiling = percentile(baseline, 100)
+        lastAnswer[signal].push(last)
+        unstopped[signal].push(ceiling)
         console.log(
           `${signalName(signal)}: ${TASKS} tasks, every one answered on the survivor after first ${
-            p(answeredAt, 0).toFixed(2)
-          } s, p50 ${p(answeredAt, 0.5).toFixed(2)} s, max ${p(answeredAt, 1).toFixed(2)} s (asked from the signal ` +
+            percentile(answeredAt, 0).toFixed(2)
+          } s, p50 ${percentile(answeredAt, 50).toFixed(2)} s, max ${last.toFixed(2)} s (asked from the signal ` +
             `on; the stopped runner exited after ${exited.toFixed(2)} s; the first answers are tasks the survivor ` +
-            `already held). The same asks with nobody stopped: p50 ${p(baseline, 0.5).toFixed(2)} s, max ${
-              p(baseline, 1).toFixed(2)
-            } s: the handoff adds ${(p(answeredAt, 1) - p(baseline, 1)).toFixed(2)} s (ratio ${
-              (p(answeredAt, 1) / p(baseline, 1)).toFixed(2)
-            })`
+            `already held). The same asks with nobody stopped: p50 ${percentile(baseline, 50).toFixed(2)} s, max ${
+              ceiling.toFixed(2)
+            } s: the handoff adds ${(last - ceiling).toFixed(2)} s (ratio ${(last / ceiling).toFixed(2)})`
         )
         await stop(a.child, "SIGTERM")
         // runner 1 survives, runner 2 is stopped: a loss on runner 1 is a self-inflicted failover

@@ -53,7 +53,7 @@ import { makePool, type PoolSession, trackSessions } from "./pgPool.js"
  * came back with one request id, their replies were saved against the wrong message (unique violations, retried
  * four times each: ~70 failed transactions/s in bench:polling) and the right ones were never marked processed.
  */
-export const parseInt8 = (text: string): number | string => {
+const parseInt8 = (text: string): number | string => {
   const n = Number(text)
   return Number.isSafeInteger(n) ? n : text
 }

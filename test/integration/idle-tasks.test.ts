@@ -159,7 +159,7 @@ describe.skipIf(noDatabase)("idle task entities", () => {
         // every lifecycle has ended: each keep-alive answered against its own message (the answer is written by a
         // fiber of its own, so waited for)
         let last = { unanswered: -1, orphans: -1 }
-        yield* Effect.suspend(() => unansweredKeepAlives(ids)).pipe(
+        yield* unansweredKeepAlives(ids).pipe(
           Effect.tap((n) => Effect.sync(() => void (last = n))),
           Effect.repeat({ until: (n) => n.unanswered === 0, schedule: Schedule.spaced("100 millis") }),
           Effect.timeout(Duration.seconds(10)),
