@@ -42,7 +42,7 @@ const tenant = crypto.randomUUID()
 const tasks = Array.from({ length: TASKS }, () => crypto.randomUUID())
 // the runner's defaults, which the ceiling copies
 const BATCH = Number(process.env.OUTBOX_BATCH_SIZE ?? 256)
-const SEND_CONCURRENCY = Number(process.env.ROCKETMQ_SEND_CONCURRENCY ?? 64)
+const SEND_CONCURRENCY = Number(process.env.ROCKETMQ_SEND_CONCURRENCY ?? 256)
 const RECEIVERS = Number(process.env.ROCKETMQ_RECEIVERS ?? 4)
 const ceilingTopic = `bench-ceiling-${suffix}`
 const ceilingGroup = `bench-ceiling-consumer-${suffix}`

@@ -100,7 +100,7 @@ export const makeRocketMQQueue = (
     const retryMs = Duration.toMillis(options.retryDelay ?? "1 second")
     const receivers = options.receivers ?? 4
     const receiveBatch = options.receiveBatch ?? 32
-    const sendConcurrency = options.sendConcurrency ?? 64
+    const sendConcurrency = options.sendConcurrency ?? 256
     // the default logger writes to ~/logs/rocketmq, an error a second during an outage; failures are logged here
     const logger: ILogger = { info: () => {}, warn: () => {}, error: () => {} }
     const client = { endpoints, namespace: "", logger }
@@ -275,8 +275,8 @@ export const QueueSettings = S.area("Queue", "the event queue between the outbox
   receiveBatch: S.integer("ROCKETMQ_RECEIVE_BATCH", "messages asked for by one receive", 32, { min: 1, max: 32 }),
   sendConcurrency: S.integer(
     "ROCKETMQ_SEND_CONCURRENCY",
-    "message groups (tasks) one publish sends side by side; one task's messages go one after another",
-    64,
+    "message groups (tasks) one publish sends side by side (the default is a whole outbox batch); one task's messages go one after another",
+    256,
     { min: 1 }
   )
 })
