@@ -16,10 +16,12 @@
  *      queue_consume_lag_seconds (the relay's send → the dispatcher's receive), the share within 10/50/100/250 ms,
  *      which tells the relay's part of the tail (commit → send) from the broker's (send → receive);
  *   and the runner's event-loop lag p99 and shard-lock losses.
+ * BENCH_PROCESSES=2 splits the runner in two processes by their roles: the relay's (api,entities,singletons) and the
+ * dispatcher's (dispatcher), each on its own event loop (README, "Production"); the lag shares are the dispatcher's.
  *
  *   DATABASE_URL  ROCKETMQ_ENDPOINTS  REDIS_URL  BENCH_SECONDS (20)  BENCH_MAX_RATE (4000)
  *   BENCH_PHASES ("sustained,latency"; "latency" alone skips the rate ceilings and the sustained phase)
- *   BENCH_NODE_ARGS (node flags for the runner, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof")
+ *   BENCH_NODE_ARGS (node flags for the runner, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof")  BENCH_PROCESSES (1 | 2)
  */
 import { Redis } from "ioredis"
 import { type ChildProcess, execFileSync } from "node:child_process"
@@ -47,6 +49,15 @@ const RECEIVERS = Number(process.env.ROCKETMQ_RECEIVERS ?? 4)
 const ceilingTopic = `bench-ceiling-${suffix}`
 const ceilingGroup = `bench-ceiling-consumer-${suffix}`
 const PHASES = (process.env.BENCH_PHASES ?? "sustained,latency").split(",")
+const PROCESSES = Number(process.env.BENCH_PROCESSES ?? 1)
+if (PROCESSES !== 1 && PROCESSES !== 2) {
+  console.error("BENCH_PROCESSES: 1 (one runner with every role) or 2 (the relay's and the dispatcher's processes)")
+  process.exit(2)
+}
+/** The runner processes: their roles (unset: every role) and what says they have started. */
+const RUNNERS: ReadonlyArray<{ readonly roles?: string; readonly readyPath?: string }> = PROCESSES === 1
+  ? [{}]
+  : [{ roles: "api,entities,singletons" }, { roles: "dispatcher", readyPath: "/readyz" }]
 
 /** A domain event's JSON as the outbox holds it (jsonb's text), for the ceiling's message bodies. */
 const sampleBody = (task: string, s: number) =>
@@ -240,18 +251,20 @@ const consumeLagLine = (before: Map<string, number>, after: Map<string, number>)
       .join(", ")
 }
 
-const startRunner = async (databaseUrl: string) => {
-  const { child, health, httpPort } = await startRunnerProcess({
+const startRunner = (databaseUrl: string, runner: typeof RUNNERS[number]) =>
+  startRunnerProcess({
     DATABASE_URL: databaseUrl,
     ROCKETMQ_ENDPOINTS: endpoints,
     ROCKETMQ_TOPIC: topic,
     DISPATCHER_GROUP: group,
     REDIS_URL: redisUrl,
     REDIS_KEY_PREFIX: prefix,
-    INBOX_PROCESSOR_ENABLED: "false"
-  }, { nodeArgs: (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0) })
-  return { child, health, httpPort }
-}
+    INBOX_PROCESSOR_ENABLED: "false",
+    ...(runner.roles === undefined ? {} : { RUNNER_ROLES: runner.roles })
+  }, {
+    nodeArgs: (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0),
+    ...(runner.readyPath === undefined ? {} : { readyPath: runner.readyPath })
+  })
 
 let seq = 0
 /** Commits `n` outbox rows (domain events with consecutive cursors) in one transaction; returns the first seq. */
@@ -297,7 +310,11 @@ const drive = async (db: pg.Client, rate: number, seconds: number, committedAt: 
 const main = async () => {
   execFileSync("scripts/rocketmq.sh", ["topic", topic, group], { stdio: "inherit" })
   execFileSync("scripts/rocketmq.sh", ["topic", ceilingTopic, ceilingGroup], { stdio: "inherit" })
-  console.log(`\n== bench:propagation: outbox → RocketMQ → dispatcher → Redis (one runner process) ==`)
+  console.log(
+    `\n== bench:propagation: outbox → RocketMQ → dispatcher → Redis (${
+      PROCESSES === 1 ? "one runner process" : "two runner processes: the relay's and the dispatcher's"
+    }) ==`
+  )
   const sustained = PHASES.includes("sustained")
   const ceilingRate = sustained ? await ceiling(SECONDS) : NaN
   const admin = new pg.Client({ connectionString: adminUrl })
@@ -306,13 +323,17 @@ const main = async () => {
   await admin.query(`CREATE DATABASE ${name}`)
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
-  let runner: ChildProcess | undefined
-  let health: RunnerHealth | undefined
+  const runners: Array<{ readonly child: ChildProcess; readonly health: RunnerHealth }> = []
+  /** the dispatcher's HTTP port (its queue_consume_lag_seconds) */
   let httpPort = 0
   const db = new pg.Client({ connectionString: url.toString() })
   const sub = new Redis(redisUrl)
   try {
-    ;({ child: runner, health, httpPort } = await startRunner(url.toString()))
+    for (const r of RUNNERS) {
+      const started = await startRunner(url.toString(), r)
+      runners.push(started)
+      httpPort = started.httpPort
+    }
     await db.connect()
     const received = new Map<number, number>()
     await sub.subscribe(`${prefix}project:${project}`)
@@ -374,11 +395,11 @@ const main = async () => {
       )
       console.log(consumeLagLine(lagBefore, await consumeLagBuckets(httpPort)))
     }
-    console.log(healthLine([health!.stop()]))
+    console.log(healthLine(runners.map((r) => r.health.stop())))
   } finally {
-    health?.stop()
+    for (const r of runners) r.health.stop()
     sub.disconnect()
-    if (runner !== undefined) await stopProcess(runner, "SIGTERM")
+    await Promise.all(runners.map((r) => stopProcess(r.child, "SIGTERM")))
     await db.end().catch(() => undefined)
     await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
     await admin.end()

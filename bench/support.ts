@@ -110,6 +110,8 @@ export const startRunnerProcess = async (
     readonly output?: "inherit" | "ignore"
     /** Fixed ports (a restarted runner keeps its address); free ones otherwise. */
     readonly ports?: { readonly http: number; readonly runner: number }
+    /** What answers 200 once it has started (default /openapi.json: the api role; /readyz for a process without it). */
+    readonly readyPath?: string
   } = {}
 ) => {
   const [httpPort, runnerPort] = options.ports === undefined
@@ -140,7 +142,9 @@ export const startRunnerProcess = async (
     }
     try {
       // bounded: a runner answers 503 Starting before its API is attached, but a lost answer must not hang the bench
-      const answer = await fetch(`http://127.0.0.1:${httpPort}/openapi.json`, { signal: AbortSignal.timeout(2_000) })
+      const answer = await fetch(`http://127.0.0.1:${httpPort}${options.readyPath ?? "/openapi.json"}`, {
+        signal: AbortSignal.timeout(2_000)
+      })
       if (answer.ok) return { child, httpPort, health }
     } catch {
       // starting
