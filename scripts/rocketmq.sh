@@ -103,8 +103,9 @@ java_run() { # name heap main-class args...
   shift 3
   # The JVM's full tiered JIT (C2), not C1 alone (-XX:TieredStopAtLevel=1, which this script used before): with C1
   # only, the RocketMQ client alone (bench:propagation's ceiling, 1,000 messages/s) had send -> receive p99 0.8-2.2 s
-  # on this 2-core machine, and the pipeline's commit -> Redis p50 0.6-2.4 s; with C2, 51-390 ms and 60 ms (same RSS,
-  # ~1 GB for the proxy + broker). The short-lived admin helper below keeps C1: it starts faster.
+  # on this 2-core machine, and the pipeline's commit -> Redis p50 0.6-2.4 s; with C2, p99 46-84 ms once warm (up to
+  # 0.4 s, and worse, in the first minutes after a start, while it compiles) and p50 52-87 ms (same RSS, ~1 GB for the
+  # proxy + broker). The short-lived admin helper below keeps C1: it starts faster.
   # setsid: the JVM must not die with the shell (or test process) that ran `up`.
   ROCKETMQ_HOME=$DATA setsid java -server -Xms"$heap" -Xmx"$heap" -XX:MaxDirectMemorySize=256m -XX:+UseSerialGC \
     "${OPENS[@]}" -Duser.home="$DATA" -Drocketmq.home.dir="$DATA" \

@@ -15,6 +15,14 @@ import {
 } from "./EventQueue.js"
 import { ackAll } from "./RocketMQAck.js"
 
+/** The defaults of the options below, which the settings (QueueSettings) take too: one place for each. */
+const defaults = {
+  receivers: 4,
+  receiveBatch: 32,
+  // a whole outbox batch's tasks (OUTBOX_BATCH_SIZE): at 64, a 256-row batch took four send round trips
+  sendConcurrency: 256
+} as const
+
 export interface RocketMQOptions {
   /** The proxy's gRPC endpoints, e.g. "127.0.0.1:8081". */
   readonly endpoints: string
@@ -24,11 +32,12 @@ export interface RocketMQOptions {
   readonly invisibleDuration?: Duration.DurationInput
   /** How soon a failed delivery, and its group's later messages, come back (default 1 s). */
   readonly retryDelay?: Duration.DurationInput
-  /** Receives in flight per consumer group (default 4). */
+  /** Receives in flight per consumer group (default `defaults.receivers`). */
   readonly receivers?: number
-  /** Messages received per receive call (default 32). */
+  /** Messages received per receive call (default `defaults.receiveBatch`). */
   readonly receiveBatch?: number
-  /** Message groups sent side by side by one publish (default 64); one group's messages go one after another. */
+  /** Message groups sent side by side by one publish (default `defaults.sendConcurrency`); one group's messages go one
+   * after another. */
   readonly sendConcurrency?: number
 }
 
@@ -98,9 +107,9 @@ export const makeRocketMQQueue = (
     const { endpoints, topic } = options
     const invisibleMs = Duration.toMillis(options.invisibleDuration ?? "60 seconds")
     const retryMs = Duration.toMillis(options.retryDelay ?? "1 second")
-    const receivers = options.receivers ?? 4
-    const receiveBatch = options.receiveBatch ?? 32
-    const sendConcurrency = options.sendConcurrency ?? 256
+    const receivers = options.receivers ?? defaults.receivers
+    const receiveBatch = options.receiveBatch ?? defaults.receiveBatch
+    const sendConcurrency = options.sendConcurrency ?? defaults.sendConcurrency
     // the default logger writes to ~/logs/rocketmq, an error a second during an outage; failures are logged here
     const logger: ILogger = { info: () => {}, warn: () => {}, error: () => {} }
     const client = { endpoints, namespace: "", logger }
@@ -271,12 +280,17 @@ export const QueueSettings = S.area("Queue", "the event queue between the outbox
     "RocketMQ 5 proxy (gRPC), host:port; unset or empty: the in-process queue (one runner)"
   ),
   topic: S.string("ROCKETMQ_TOPIC", "topic of task events (FIFO per task)", "task-events"),
-  receivers: S.integer("ROCKETMQ_RECEIVERS", "concurrent receive loops per consumer group", 4, { min: 1 }),
-  receiveBatch: S.integer("ROCKETMQ_RECEIVE_BATCH", "messages asked for by one receive", 32, { min: 1, max: 32 }),
+  receivers: S.integer("ROCKETMQ_RECEIVERS", "concurrent receive loops per consumer group", defaults.receivers, {
+    min: 1
+  }),
+  receiveBatch: S.integer("ROCKETMQ_RECEIVE_BATCH", "messages asked for by one receive", defaults.receiveBatch, {
+    min: 1,
+    max: 32
+  }),
   sendConcurrency: S.integer(
     "ROCKETMQ_SEND_CONCURRENCY",
     "message groups (tasks) one publish sends side by side (the default is a whole outbox batch); one task's messages go one after another",
-    256,
+    defaults.sendConcurrency,
     { min: 1 }
   )
 })
