@@ -5,10 +5,13 @@
  * runner (a cancel, which goes through the task's entity) until it answers. Recovery = the signal → the last task
  * answering. (Until stop 28 the asking began only once the stopped runner had exited, which added its exit time.)
  * Its ceiling, in the same round: as many other tasks, asked the same way just before the signal, with nobody
- * stopped. That is what the asks cost by themselves (a cancel is ~10 ms of runner CPU here); the difference is
- * what the handoff adds.
+ * stopped. That is what the asks cost by themselves; the difference is what the handoff adds. Both runners are warmed
+ * first (BENCH_WARMUP): a runner that has served a while runs the asks' code compiled, a fresh one cold, and until
+ * stop 32 this bench measured fresh runners: cold code made most of its figures (the same 60 asks with nobody stopped
+ * took 0.79–0.89 s fresh, 0.27–0.48 s warmed).
  *
  *   BENCH_TASKS (60)  BENCH_ROUNDS (1; medians of the rounds are printed)  DATABASE_URL (admin URL)
+ *   BENCH_WARMUP (10)  how many times 60 other tasks are asked through each runner before the rounds' asks
  *   BENCH_SIGNALS (SIGKILL,SIGTERM)  which stops each round measures
  *   BENCH_NODE_ARGS  node flags for both runners (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof": a profile per pid)
  *   BENCH_RUNNER_OUTPUT=inherit  the runners' output (LOG_LEVEL=ERROR unless BENCH_RUNNER_ENV says otherwise) shown
@@ -23,6 +26,7 @@ import { healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 60)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1)
+const WARMUP_ROUNDS = Number(process.env.BENCH_WARMUP ?? 10)
 const SIGNALS = (process.env.BENCH_SIGNALS ?? "SIGKILL,SIGTERM").split(",").map((s) => s.trim())
   .filter((s): s is "SIGKILL" | "SIGTERM" => s === "SIGKILL" || s === "SIGTERM")
 const runnerEnv: Record<string, string> = Object.fromEntries(
@@ -76,6 +80,20 @@ const askUntilAnswered = async (
   }))
 }
 
+/** `n` tasks created one after another through the runner on `port`; their ids. */
+const createTasks = async (port: number, project: string, n: number, headers: Record<string, string>) => {
+  const ids: Array<string> = []
+  for (let i = 0; i < n; i++) {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/projects/${project}/tasks`, {
+      method: "POST",
+      headers: { ...headers, "idempotency-key": crypto.randomUUID() },
+      body: JSON.stringify({ provider: "runway", model: "gen4.5", prompt: "p", duration_seconds: 5 })
+    })
+    ids.push(((await res.json()) as { task_id: string }).task_id)
+  }
+  return ids
+}
+
 const main = async () => {
   process.env.AUTH_SECRET = SECRET
   const token = await Effect.runPromise(
@@ -104,17 +122,19 @@ const main = async () => {
           const res = await fetch(`http://127.0.0.1:${b.httpPort}/v1/projects`, { method: "POST", headers })
           project = ((await res.json()) as { project_id: string }).project_id
         }
+        // warm: a runner that has served a while runs the asks' code compiled; a fresh one runs it cold (measured here:
+        // a cancel ~9 ms of runner CPU on a fresh runner; a GET of a task ~4 ms fresh, ~1.7 ms after 3,000 of them),
+        // which would be measured instead of the handoff. The same
+        // tasks asked again and again (a second cancel answers 409, through the entity too): few entities are added,
+        // and the stopped runner's shutdown stops each of its entities (~1 ms of CPU each in the library)
+        const warm = await createTasks(b.httpPort, project!, TASKS, headers)
+        for (let i = 0; i < WARMUP_ROUNDS; i++) {
+          await askUntilAnswered(a.httpPort, project!, warm, headers, performance.now())
+          await askUntilAnswered(b.httpPort, project!, warm, headers, performance.now())
+        }
         // twice the tasks: the first half is asked with nobody stopped (the same asks' own cost, the ceiling),
         // the second half from the signal on
-        const ids: Array<string> = []
-        for (let i = 0; i < 2 * TASKS; i++) {
-          const res = await fetch(`http://127.0.0.1:${b.httpPort}/v1/projects/${project}/tasks`, {
-            method: "POST",
-            headers: { ...headers, "idempotency-key": crypto.randomUUID() },
-            body: JSON.stringify({ provider: "runway", model: "gen4.5", prompt: "p", duration_seconds: 5 })
-          })
-          ids.push(((await res.json()) as { task_id: string }).task_id)
-        }
+        const ids = await createTasks(b.httpPort, project!, 2 * TASKS, headers)
         const asked = ids.slice(0, TASKS)
         const handedOver = ids.slice(TASKS)
         const baseline = await askUntilAnswered(a.httpPort, project, asked, headers, performance.now())
