@@ -22,7 +22,7 @@ import type { ChildProcess } from "node:child_process"
 import pg from "pg"
 import { TokenSigner } from "../src/http/Auth.js"
 import type { TenantId, UserId } from "../src/schema/ids.js"
-import { healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import { gauge, healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 60)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1)
@@ -126,7 +126,7 @@ const main = async () => {
         // a cancel ~9 ms of runner CPU on a fresh runner; a GET of a task ~4 ms fresh, ~1.7 ms after 3,000 of them),
         // which would be measured instead of the handoff. The same
         // tasks asked again and again (a second cancel answers 409, through the entity too): few entities are added,
-        // and the stopped runner's shutdown stops each of its entities (~1 ms of CPU each in the library)
+        // and the stopped runner's shutdown stops each of its entities (~0.5 ms each: bench:entity-stop)
         const warm = await createTasks(b.httpPort, project!, TASKS, headers)
         for (let i = 0; i < WARMUP_ROUNDS; i++) {
           await askUntilAnswered(a.httpPort, project!, warm, headers, performance.now())
@@ -139,6 +139,8 @@ const main = async () => {
         const handedOver = ids.slice(TASKS)
         const baseline = await askUntilAnswered(a.httpPort, project, asked, headers, performance.now())
         await sleep(2000) // the baseline's tail (outbox, relay) done before the signal
+        // its shutdown stops each of its entities before it lets its shards go (~0.5 ms each: bench:entity-stop)
+        const held = await gauge([b.httpPort], "effect_cluster_entities")
         const t0 = performance.now()
         let exited = 0
         const stopped = stop(b.child, signal).then(() => void (exited = (performance.now() - t0) / 1000))
@@ -152,7 +154,8 @@ const main = async () => {
           `${signalName(signal)}: ${TASKS} tasks, every one answered on the survivor after first ${
             percentile(answeredAt, 0).toFixed(2)
           } s, p50 ${percentile(answeredAt, 50).toFixed(2)} s, max ${last.toFixed(2)} s (asked from the signal ` +
-            `on; the stopped runner exited after ${exited.toFixed(2)} s; the first answers are tasks the survivor ` +
+            `on; the stopped runner, which held ${held} entities, exited after ${exited.toFixed(2)} s; the first ` +
+            `answers are tasks the survivor ` +
             `already held). The same asks with nobody stopped: p50 ${percentile(baseline, 50).toFixed(2)} s, max ${
               ceiling.toFixed(2)
             } s: the handoff adds ${(last - ceiling).toFixed(2)} s (ratio ${(last / ceiling).toFixed(2)})`

@@ -34,6 +34,7 @@ import { simulatorOutputHosts } from "../src/simulator/embedded.js"
 import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
 import {
   freePort,
+  gauge,
   healthLine,
   percentile,
   type RunnerHealth,
@@ -107,16 +108,6 @@ const sum = (xs: ReadonlyArray<number>) => xs.reduce((a, b) => a + b, 0)
 const max = (xs: ReadonlyArray<number>) => Math.max(...xs)
 
 /** A gauge's value (summed over its label sets, and over the runners) from the runners' /metrics. */
-const gauge = async (httpPorts: ReadonlyArray<number>, name: string) => {
-  let total = 0
-  for (const httpPort of httpPorts) {
-    const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
-    total += text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
-      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
-  }
-  return total
-}
-
 const startRunner = async (
   databaseUrl: string,
   simUrl: string,

@@ -23,6 +23,17 @@ export const percentile = (xs: ReadonlyArray<number>, p: number) => {
 /** The library's line when a runner cannot renew its shard locks: it then gives up its shards (a self-inflicted failover). */
 export const SHARD_LOCK_LOSS = "Shard lock storage is unhealthy"
 
+/** A metric summed over its series and over the runners on `httpPorts` (their GET /metrics). */
+export const gauge = async (httpPorts: ReadonlyArray<number>, name: string) => {
+  let total = 0
+  for (const httpPort of httpPorts) {
+    const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
+    total += text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
+      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+  }
+  return total
+}
+
 /**
  * What every bench reports beside its own figures, per runner process: the event-loop lag p99 of each window the
  * runner closed (its `event_loop_lag_seconds{stat="p99"}`, EVENT_LOOP_LAG_WINDOW set to 1 s by startRunnerProcess),

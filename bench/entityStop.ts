@@ -1,0 +1,108 @@
+/**
+ * npm run bench:entity-stop — what a runner's shutdown costs per entity it holds. A stopping runner stops every entity
+ * it holds before it lets their shards go (@effect/cluster: the entity layer's scope closes each entity's, then the
+ * shard locks are released), so with SIGTERM the survivor waits for this. One runner in this process, each time on a
+ * fresh database: N task entities built (a GetSnapshot each), then the runner's scope closed; the same with N entities whose
+ * handler does nothing (the library's own share), and with none (the rest of the shutdown). Prints wall time and this
+ * process's CPU (all threads: GC's too) per entity.
+ *
+ *   BENCH_ENTITIES (1000)  BENCH_ROUNDS (3; medians)  DATABASE_URL (admin URL)
+ */
+import { Entity } from "@effect/cluster"
+import { NodeRuntime } from "@effect/platform-node"
+import { Rpc } from "@effect/rpc"
+import { Effect, Exit, Layer, Logger, LogLevel, Redacted, Schema, Scope } from "effect"
+import pg from "pg"
+import { TaskClient } from "../src/entities/TaskClient.js"
+import { layerPostgres } from "../src/persistence/Database.js"
+import { layerPropagationMemory } from "../src/propagation/Propagation.js"
+import { layerRunnerWith, layerStores } from "../src/runners/Runner.js"
+import { RunnerConfig } from "../src/runners/RunnerConfig.js"
+import { layerLifecycleDisabled } from "../src/testing/TestRunner.js"
+import { admitTask } from "../test/support/tasks.js"
+import { percentile } from "./support.js"
+
+const ENTITIES = Number(process.env.BENCH_ENTITIES ?? 1000)
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
+
+const Echo = Entity.make("BenchEcho", [Rpc.make("Ping", { payload: { n: Schema.Number }, success: Schema.Number })])
+const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.succeed(payload.n + 1) }))
+
+type Kind = "task" | "no-op" | "none"
+
+/** A runner built on `url`, `ENTITIES` entities of `kind` woken on it, then its scope closed: wall ms and CPU ms. */
+const stopOnce = (url: string, kind: Kind) =>
+  Effect.gen(function*() {
+    const c = yield* RunnerConfig
+    const database = layerPostgres({ url: Redacted.make(url), maxConnections: 20, applicationName: "bench" })
+    const runner = layerRunnerWith(c, layerLifecycleDisabled, layerPropagationMemory)
+    const stack = Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(
+      Layer.provideMerge(layerStores(database))
+    )
+    const scope = yield* Scope.make()
+    const context = yield* Layer.buildWithScope(stack, scope)
+    yield* Effect.gen(function*() {
+      const tasks = yield* Effect.forEach(Array.from({ length: ENTITIES }), () => admitTask(), { concurrency: 16 })
+      if (kind === "task") {
+        const client = yield* TaskClient
+        yield* Effect.forEach(tasks, (t) => client.send(t.taskId, (e) => e.GetSnapshot()), {
+          concurrency: 50,
+          discard: true
+        })
+      } else if (kind === "no-op") {
+        const make = yield* Echo.client
+        yield* Effect.forEach(tasks, (t) => make(t.taskId).Ping({ n: 1 }), { concurrency: 50, discard: true })
+      }
+    }).pipe(Effect.provide(context))
+    yield* Effect.sleep("1 second")
+    const cpu = process.cpuUsage()
+    const started = performance.now()
+    yield* Scope.close(scope, Exit.void)
+    const used = process.cpuUsage(cpu)
+    return { wallMs: performance.now() - started, cpuMs: (used.user + used.system) / 1000 }
+  })
+
+/** A fresh database for `f` (a runner on an old one would resume the tasks left there: entities of its own). */
+const onFreshDatabase = <A, E, R>(admin: pg.Client, f: (url: string) => Effect.Effect<A, E, R>) =>
+  Effect.acquireUseRelease(
+    Effect.promise(async () => {
+      const name = `bench_entity_stop_${Date.now().toString(36)}`
+      await admin.query(`CREATE DATABASE ${name}`)
+      return name
+    }),
+    (name) => {
+      const url = new URL(adminUrl)
+      url.pathname = `/${name}`
+      return f(url.toString())
+    },
+    (name) => Effect.promise(() => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+  )
+
+const program = Effect.gen(function*() {
+  const admin = new pg.Client({ connectionString: adminUrl })
+  yield* Effect.acquireRelease(Effect.promise(() => admin.connect()), () => Effect.promise(() => admin.end()))
+  const figures: Record<Kind, Array<{ wallMs: number; cpuMs: number }>> = { task: [], "no-op": [], none: [] }
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const kind of ["none", "task", "no-op"] as const) {
+      const f = yield* onFreshDatabase(admin, (url) => stopOnce(url, kind))
+      figures[kind].push(f)
+      console.log(`round ${round}: ${kind} entities: shutdown ${f.wallMs.toFixed(0)} ms, CPU ${f.cpuMs.toFixed(0)} ms`)
+    }
+  }
+  const median = (kind: Kind, k: "wallMs" | "cpuMs") => percentile(figures[kind].map((f) => f[k]), 50)
+  const base = { wall: median("none", "wallMs"), cpu: median("none", "cpuMs") }
+  console.log(`\nshutdown of one runner with ${ENTITIES} entities (medians of ${ROUNDS}; none: the rest of it)`)
+  console.log(`none:  ${base.wall.toFixed(0)} ms, CPU ${base.cpu.toFixed(0)} ms`)
+  for (const kind of ["task", "no-op"] as const) {
+    const wall = median(kind, "wallMs")
+    const cpu = median(kind, "cpuMs")
+    console.log(
+      `${kind.padEnd(6)} ${wall.toFixed(0)} ms, CPU ${cpu.toFixed(0)} ms: per entity ${
+        ((wall - base.wall) / ENTITIES).toFixed(2)
+      } ms, CPU ${((cpu - base.cpu) / ENTITIES).toFixed(2)} ms`
+    )
+  }
+})
+
+program.pipe(Effect.scoped, Effect.provide(Logger.minimumLogLevel(LogLevel.Error)), NodeRuntime.runMain)
