@@ -195,11 +195,14 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           }
           driving = true
           const thisRun = (run = { settled: false, kept: false })
-          // a task woken with a quota slot polls first without one (TaskHandle.stayAwake)
-          if (!handle.granted) yield* handle.stayAwake
+          const granted = handle.granted
           // forked from the uninterruptible step below: interruptible inside its cleanup, so that an interruption
           // already pending when it starts still parks the task
           const lifecycleRun = Effect.gen(function*() {
+            // the keep-alive is written here, not before the fork: the message that started the lifecycle (the first
+            // one builds the entity) is answered without waiting for a persisted write. A task woken with a quota slot
+            // polls first without one (TaskHandle.stayAwake)
+            if (!granted) yield* handle.stayAwake
             yield* lifecycle.drive(handle)
             if (!thisRun.settled) yield* Entity.keepAlive(false)
           }).pipe(
@@ -212,8 +215,8 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
             })),
             Effect.provideService(Entity.CurrentAddress, address)
           )
-          // after the keep-alive's write, and with no interruption between: a build interrupted before leaves the task
-          // parked, not lost
+          // with no interruption between: a build interrupted before leaves the task parked, not lost; one interrupted
+          // after (before the keep-alive's write, too) parks it again or leaves it to the shard's next owner
           yield* Effect.uninterruptible(
             Effect.zipRight(Effect.sync(() => lifecycle.parked.unpark(taskId)), Effect.forkIn(lifecycleRun, scope))
           )
