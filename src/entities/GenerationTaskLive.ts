@@ -200,15 +200,17 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           // already pending when it starts still parks the task
           const lifecycleRun = Effect.gen(function*() {
             // the keep-alive is written here, not before the fork: the message that started the lifecycle (the first
-            // one builds the entity) is answered without waiting for a persisted write. A task woken with a quota slot
-            // polls first without one (TaskHandle.stayAwake)
+            // one builds the entity) is answered without waiting for a persisted write. The price: the reaper's idle
+            // clock starts at that answer, so the write and its delivery must land within TASK_ENTITY_IDLE_TIME; a
+            // database too slow for that gets the entity reaped and the task parked here (parkIfStillHere), woken
+            // again at its due time. A task woken with a quota slot polls first without one (TaskHandle.stayAwake)
             if (!granted) yield* handle.stayAwake
             yield* lifecycle.drive(handle)
             if (!thisRun.settled) yield* Entity.keepAlive(false)
           }).pipe(
             Effect.interruptible,
-            // interrupted (the shard moves): the keep-alive stays unanswered, so the next owner resumes the task;
-            // interrupted with the shard still here (the reaper): parked here
+            // interrupted (the shard moves): the next owner resumes the task (ResumeOnAcquire, and the keep-alive
+            // left unanswered if it was written); interrupted with the shard still here (the reaper): parked here
             Effect.onInterrupt(() => parkIfStillHere),
             Effect.ensuring(Effect.sync(() => {
               if (!thisRun.settled) driving = false
