@@ -8,38 +8,24 @@
  *
  *   BENCH_ENTITIES (1000)  BENCH_ROUNDS (3; medians)  DATABASE_URL (admin URL)
  */
-import { Entity } from "@effect/cluster"
 import { NodeRuntime } from "@effect/platform-node"
-import { Rpc } from "@effect/rpc"
-import { Effect, Exit, Layer, Logger, LogLevel, Redacted, Schema, Scope } from "effect"
+import { Effect, Exit, Layer, Logger, LogLevel, Scope } from "effect"
 import pg from "pg"
 import { TaskClient } from "../src/entities/TaskClient.js"
-import { layerPostgres } from "../src/persistence/Database.js"
-import { layerPropagationMemory } from "../src/propagation/Propagation.js"
-import { layerRunnerWith, layerStores } from "../src/runners/Runner.js"
-import { RunnerConfig } from "../src/runners/RunnerConfig.js"
-import { layerLifecycleDisabled } from "../src/testing/TestRunner.js"
 import { admitTask } from "../test/support/tasks.js"
+import { Echo, inProcessRunner } from "./inProcessRunner.js"
 import { percentile } from "./support.js"
 
 const ENTITIES = Number(process.env.BENCH_ENTITIES ?? 1000)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
-const Echo = Entity.make("BenchEcho", [Rpc.make("Ping", { payload: { n: Schema.Number }, success: Schema.Number })])
-const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.succeed(payload.n + 1) }))
-
 type Kind = "task" | "no-op" | "none"
 
 /** A runner built on `url`, `ENTITIES` entities of `kind` woken on it, then its scope closed: wall ms and CPU ms. */
 const stopOnce = (url: string, kind: Kind) =>
   Effect.gen(function*() {
-    const c = yield* RunnerConfig
-    const database = layerPostgres({ url: Redacted.make(url), maxConnections: 20, applicationName: "bench" })
-    const runner = layerRunnerWith(c, layerLifecycleDisabled, layerPropagationMemory)
-    const stack = Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(
-      Layer.provideMerge(layerStores(database))
-    )
+    const stack = yield* inProcessRunner(url, 20)
     const scope = yield* Scope.make()
     const context = yield* Layer.buildWithScope(stack, scope)
     yield* Effect.gen(function*() {

@@ -124,9 +124,9 @@ const main = async () => {
         }
         // warm: a runner that has served a while runs the asks' code compiled; a fresh one runs it cold (measured here:
         // a cancel ~9 ms of runner CPU on a fresh runner; a GET of a task ~4 ms fresh, ~1.7 ms after 3,000 of them),
-        // which would be measured instead of the handoff. The same
-        // tasks asked again and again (a second cancel answers 409, through the entity too): few entities are added,
-        // and the stopped runner's shutdown stops each of its entities (~0.5 ms each: bench:entity-stop)
+        // which would be measured instead of the handoff. The same tasks asked again and again (a second cancel
+        // answers 409, through the entity too): few entities are added, and the stopped runner's shutdown stops each
+        // of its entities (~0.5 ms each: bench:entity-stop)
         const warm = await createTasks(b.httpPort, project!, TASKS, headers)
         for (let i = 0; i < WARMUP_ROUNDS; i++) {
           await askUntilAnswered(a.httpPort, project!, warm, headers, performance.now())
@@ -155,10 +155,11 @@ const main = async () => {
             percentile(answeredAt, 0).toFixed(2)
           } s, p50 ${percentile(answeredAt, 50).toFixed(2)} s, max ${last.toFixed(2)} s (asked from the signal ` +
             `on; the stopped runner, which held ${held} entities, exited after ${exited.toFixed(2)} s; the first ` +
-            `answers are tasks the survivor ` +
-            `already held). The same asks with nobody stopped: p50 ${percentile(baseline, 50).toFixed(2)} s, max ${
-              ceiling.toFixed(2)
-            } s: the handoff adds ${(last - ceiling).toFixed(2)} s (ratio ${(last / ceiling).toFixed(2)})`
+            `answers are tasks the survivor already held). The same asks with nobody stopped: p50 ${
+              percentile(baseline, 50).toFixed(2)
+            } s, max ${ceiling.toFixed(2)} s: the handoff adds ${(last - ceiling).toFixed(2)} s (ratio ${
+              (last / ceiling).toFixed(2)
+            })`
         )
         await stop(a.child, "SIGTERM")
         // runner 1 survives, runner 2 is stopped: a loss on runner 1 is a self-inflicted failover

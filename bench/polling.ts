@@ -107,7 +107,6 @@ const liveHeaps = async (pids: ReadonlyArray<number>) => {
 const sum = (xs: ReadonlyArray<number>) => xs.reduce((a, b) => a + b, 0)
 const max = (xs: ReadonlyArray<number>) => Math.max(...xs)
 
-/** A gauge's value (summed over its label sets, and over the runners) from the runners' /metrics. */
 const startRunner = async (
   databaseUrl: string,
   simUrl: string,

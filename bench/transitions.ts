@@ -7,10 +7,8 @@
  *   BENCH_ROUNDS (3)   repetitions; medians are reported
  *   DATABASE_URL       admin URL; a fresh database is created and dropped
  */
-import { Entity } from "@effect/cluster"
 import { NodeRuntime } from "@effect/platform-node"
-import { Rpc } from "@effect/rpc"
-import { Effect, Layer, Logger, LogLevel, Option, Redacted, Schema } from "effect"
+import { Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import pg from "pg"
 import type { TaskState } from "../src/domain/taskState.js"
@@ -18,13 +16,11 @@ import { makeChange } from "../src/domain/transition.js"
 import { TaskClient } from "../src/entities/TaskClient.js"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { TaskStore } from "../src/persistence/TaskStore.js"
-import { layerPropagationMemory } from "../src/propagation/Propagation.js"
-import { layerRunnerWith, layerStores } from "../src/runners/Runner.js"
-import { RunnerConfig } from "../src/runners/RunnerConfig.js"
+import { layerStores } from "../src/runners/Runner.js"
 import type { AttemptId, TaskId } from "../src/schema/ids.js"
 import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
-import { layerLifecycleDisabled } from "../src/testing/TestRunner.js"
 import { admitTask, observation } from "../test/support/tasks.js"
+import { Echo, inProcessRunner } from "./inProcessRunner.js"
 import { healthLine, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
@@ -50,8 +46,6 @@ const obs = (attemptId: AttemptId, step: number) =>
   })
 
 /** The cluster's own floor on this machine: the same message pattern to an entity whose handler does nothing. */
-const Echo = Entity.make("BenchEcho", [Rpc.make("Ping", { payload: { n: Schema.Number }, success: Schema.Number })])
-const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.succeed(payload.n + 1) }))
 const viaEcho = (t: { taskId: TaskId }, step: number) =>
   Effect.flatMap(Echo.client, (make) => make(t.taskId).Ping({ n: step })).pipe(Effect.asVoid)
 
@@ -171,12 +165,7 @@ const program = Effect.gen(function*() {
   )
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
-  const c = yield* RunnerConfig
-  const database = layerPostgres({ url: Redacted.make(url.toString()), maxConnections: POOL, applicationName: "bench" })
-  const runner = layerRunnerWith(c, layerLifecycleDisabled, layerPropagationMemory)
-  const stack = Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(
-    Layer.provideMerge(layerStores(database))
-  )
+  const stack = yield* inProcessRunner(url.toString(), POOL)
 
   yield* Effect.gen(function*() {
     const entity: Array<{ perSecond: number; p50: number; p99: number; p99Later: number; cpuMs: number }> = []

@@ -36,8 +36,10 @@ export interface RocketMQOptions {
   readonly receivers?: number
   /** Messages received per receive call (default `defaults.receiveBatch`). */
   readonly receiveBatch?: number
-  /** Message groups sent side by side by one publish (default `defaults.sendConcurrency`); one group's messages go one
-   * after another. */
+  /**
+   * Message groups sent side by side by one publish (default `defaults.sendConcurrency`); one group's messages go one
+   * after another.
+   */
   readonly sendConcurrency?: number
 }
 
