@@ -12,6 +12,7 @@ import { isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import { newTraceId } from "../tracing/TraceId.js"
 import { makeChangeSignal } from "./changeSignal.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
+import { makeInMemoryKeepAlive } from "./inMemoryKeepAlive.js"
 import { countObservation, countUnknownSubmitBound, recordLateResult } from "./observationMetrics.js"
 import { plainWakesSkipped } from "./ParkedTasks.js"
 import type { TaskHandle } from "./taskHandle.js"
@@ -35,6 +36,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         const store = yield* TaskStore
         const lateResults = yield* LateResults
         const lifecycle = yield* TaskLifecycle
+        const keepAlive = yield* makeInMemoryKeepAlive
         // the lifecycle fiber and the Rpc handlers both commit: one decision at a time, so neither loses a CAS to
         // the other, and the lifecycle wakes when a handler moved the task
         const decisions = yield* Effect.makeSemaphore(1)
@@ -141,23 +143,17 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           stayAwake: Effect.suspend(() => {
             if (run.kept) return Effect.void
             run.kept = true
-            return Entity.keepAlive(true)
-          }).pipe(
-            Effect.provideService(Entity.CurrentAddress, address),
-            Effect.provideService(Sharding.Sharding, sharding)
-          ),
+            return keepAlive.hold
+          }),
           settle: lifecycleLock.withPermits(1)(
             Effect.gen(function*() {
               if (changed.take()) return false
               // idle: the keep-alive is answered, so the cluster stops the entity after TASK_ENTITY_IDLE_TIME
-              yield* Entity.keepAlive(false)
+              yield* keepAlive.release
               run.settled = true
               driving = false
               return true
-            }).pipe(
-              Effect.provideService(Entity.CurrentAddress, address),
-              Effect.provideService(Sharding.Sharding, sharding)
-            )
+            })
           )
         }
         /**
@@ -167,11 +163,15 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
          * whatever fiber the entity runs. Then nothing would wake the task: its parked entry went when it started, no
          * look sees its shard change, and the sweeper waits SWEEP_GRACE + QUOTA_MAX_WAIT. So it is parked, as an idle
          * task is, due at its next poll: this runner wakes it with a Start. Measured (cluster-drain.test.ts, two
-         * runners on 2 cores): ~10 s after a drain, the new owner's reaper stopped 94 of the 101 entities it had woken,
-         * between two polls, their shards still there; no keep-alive had reached them (those it had reached lived on).
+         * runners on 2 cores, with the keep-alive then a persisted message): ~10 s after a drain, the new owner's
+         * reaper stopped 94 of the 101 entities it had woken, between two polls, their shards still there; no
+         * keep-alive had reached them (those it had reached lived on).
+         * Interrupted because the shard left: its next owner resumes the task (ResumeOnAcquire). The shard is noted
+         * as left, so that this runner resumes it too if it holds the shard again by its next look (a lock lost and
+         * taken back at once, which that look would not see as a change).
          */
         const parkIfStillHere = Effect.gen(function*() {
-          if (!sharding.hasShardId(address.shardId)) return
+          if (!sharding.hasShardId(address.shardId)) return lifecycle.shardsLeft.note(address.shardId.toString())
           const state = yield* Effect.option(current)
           if (Option.isNone(state) || state.value.attempt === null || !isActive(state.value.task.status)) return
           const { attempt, task } = state.value
@@ -179,14 +179,15 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           const dueAt = memo?.attemptId === attempt.id ? memo.nextPollAt : yield* Clock.currentTimeMillis
           lifecycle.parked.park(taskId, { dueAt, scope: { provider: attempt.provider, tenantId: task.tenantId } })
         })
-        // The lifecycle runs while the task is alive: keepAlive (a persisted self-message) holds the entity in memory
-        // and re-activates it on its new runner after a shard move, where this build starts the lifecycle again. An
-        // operator's resolution can make a task in manual_review active again: the lifecycle then starts once more.
-        // A task that goes idle (its next poll is far: TaskLifecycle.ts) answers its keep-alive and ends its lifecycle;
-        // the runner's ParkedTasks wakes it with a Start, a webhook or a cancel with their message.
+        // The lifecycle runs while the task is alive: the keep-alive (in memory: inMemoryKeepAlive.ts) holds the
+        // entity in memory; after a shard move the next owner's ResumeOnAcquire wakes the task, and this build starts
+        // the lifecycle there again. An operator's resolution can make a task in manual_review active again: the
+        // lifecycle then starts once more. A task that goes idle (its next poll is far: TaskLifecycle.ts) answers its
+        // keep-alive and ends its lifecycle; the runner's ParkedTasks wakes it with a Start, a webhook or a cancel
+        // with their message.
         const scope = yield* Effect.scope
         const startLifecycleLocked = Effect.gen(function*() {
-          // a finished task (read, or sent a late duplicate) costs no keep-alive write
+          // a finished task (read, or sent a late duplicate) costs no keep-alive
           const loaded = yield* Ref.get(cache)
           if (driving) return
           if (Option.isSome(loaded) && !isActive(loaded.value.task.status)) {
@@ -199,18 +200,16 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           // forked from the uninterruptible step below: interruptible inside its cleanup, so that an interruption
           // already pending when it starts still parks the task
           const lifecycleRun = Effect.gen(function*() {
-            // the keep-alive is written here, not before the fork: the message that started the lifecycle (the first
-            // one builds the entity) is answered without waiting for a persisted write. The price: the reaper's idle
-            // clock starts at that answer, so the write and its delivery must land within TASK_ENTITY_IDLE_TIME; a
-            // database too slow for that gets the entity reaped and the task parked here (parkIfStillHere), woken
-            // again at its due time. A task woken with a quota slot polls first without one (TaskHandle.stayAwake)
+            // the keep-alive is sent here, not before the fork: the message that started the lifecycle (the first
+            // one builds the entity) is answered without waiting for it. A task woken with a quota slot polls first
+            // without one (TaskHandle.stayAwake)
             if (!granted) yield* handle.stayAwake
             yield* lifecycle.drive(handle)
-            if (!thisRun.settled) yield* Entity.keepAlive(false)
+            if (!thisRun.settled) yield* keepAlive.release
           }).pipe(
             Effect.interruptible,
-            // interrupted (the shard moves): the next owner resumes the task (ResumeOnAcquire, and the keep-alive
-            // left unanswered if it was written); interrupted with the shard still here (the reaper): parked here
+            // interrupted (the shard moves): the next owner resumes the task (ResumeOnAcquire); interrupted with the
+            // shard still here (the reaper): parked here
             Effect.onInterrupt(() => parkIfStillHere),
             Effect.ensuring(Effect.sync(() => {
               if (!thisRun.settled) driving = false
@@ -218,7 +217,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
             Effect.provideService(Entity.CurrentAddress, address)
           )
           // with no interruption between: a build interrupted before leaves the task parked, not lost; one interrupted
-          // after (before the keep-alive's write, too) parks it again or leaves it to the shard's next owner
+          // after (before the keep-alive, too) parks it again or leaves it to the shard's next owner
           yield* Effect.uninterruptible(
             Effect.zipRight(Effect.sync(() => lifecycle.parked.unpark(taskId)), Effect.forkIn(lifecycleRun, scope))
           )
@@ -240,7 +239,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
          * After a handler changed the task: a lifecycle that went idle starts again (a running one already woke up).
          * Only an idle one: a lifecycle that ended otherwise (a terminal task, or none to drive) is not restarted by
          * every change, which cost a persisted keep-alive per transition (bench:transitions 278/s against ~550/s).
-         * Looked at under the lifecycle's lock: a lifecycle settling holds it across its keep-alive write, and a change
+         * Looked at under the lifecycle's lock: a lifecycle settling holds it across its keep-alive's release, and a change
          * seen in that window as "not settled yet" was never acted on (a cancel waited for the next poll: idle-tasks).
          */
         const wakeOnChange = (res: CommandResult) =>

@@ -29,7 +29,8 @@ interface LiveTask {
  *   Every LOOK_EVERY it compares the shards it holds with those it held; for newly held shards it pages through the
  *   live tasks (keyset, PAGE at a time): a task waiting for a poll is parked until its next_poll_at (idle, as on its
  *   last owner), any other is sent Start. Waking is idempotent (a running entity answers at once), so a look that
- *   repeats work costs only messages.
+ *   repeats work costs only messages. A shard this runner let go while a lifecycle ran on it (shardsLeft.ts)
+ *   counts as newly held if it is held again, however soon: a lock lost and taken back between two looks.
  */
 export const ResumeOnAcquireLive = Layer.scopedDiscard(Effect.gen(function*() {
   const sharding = yield* Sharding.Sharding
@@ -62,6 +63,8 @@ export const ResumeOnAcquireLive = Layer.scopedDiscard(Effect.gen(function*() {
     })
 
   const look = Effect.gen(function*() {
+    // a shard let go since the last look counts as not held then, whether or not it is held again now
+    for (const shard of lifecycle.shardsLeft.take()) held.delete(shard)
     const now = new Set<string>()
     for (const shard of shards) if (sharding.hasShardId(shard)) now.add(shard.toString())
     const acquired = new Set([...now].filter((s) => !held.has(s)))

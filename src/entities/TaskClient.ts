@@ -29,8 +29,8 @@ export class TaskClient extends Effect.Service<TaskClient>()("TaskClient", {
     /**
      * `send`, waited for at most `within` (then TimeoutException); the message itself runs on to its end, a minute at
      * most, in a fiber of its own. @effect/cluster builds an entity in the fiber of its first message's sender: a
-     * sender interrupted mid-build (a timeout on a loaded runner, while the entity's keep-alive write waited for a
-     * pooled connection) left a half-built entity whose scope is never closed, and a task neither parked nor driven.
+     * sender interrupted mid-build (a timeout on a loaded runner, while the entity's first read or, then, its persisted
+     * keep-alive waited for a pooled connection) left a half-built entity whose scope is never closed, and a task neither parked nor driven.
      */
     const sendWithin = <A, E>(
       taskId: TaskId,

@@ -20,6 +20,7 @@ import { traced } from "../tracing/TraceId.js"
 import { makeOutputSteps } from "./outputSteps.js"
 import { makeParkedTasks, type Wake } from "./ParkedTasks.js"
 import { makePoller, QUOTA_DEFERRED } from "./poller.js"
+import { makeShardsLeft } from "./shardsLeft.js"
 import { makeSubmitter } from "./submitter.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
 
@@ -127,7 +128,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     /**
      * How long a step may run without the entity's keep-alive: well within TASK_ENTITY_IDLE_TIME, after which the
      * cluster's reaper may stop an entity with no message and no keep-alive. A short poll still running then (a slow
-     * provider, a cancel waiting for its slot) writes it: it is not stopped mid-query, its slot spent for nothing.
+     * provider, a cancel waiting for its slot) sends it: it is not stopped mid-query, its slot spent for nothing.
      */
     const shortMs = Math.min(2000, Duration.toMillis(config.entityIdleTime) / 2)
     const keptAliveIfLong = <A, E>(short: boolean, work: Effect.Effect<A, E>, h: TaskHandle) =>
@@ -273,6 +274,6 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const wakeParked = (wake: Wake, stillHere: (taskId: string) => boolean) =>
       parked.run({ tick: Duration.millis(200), lead: config.wakeLead, acquire: quota.acquire, wake, stillHere })
 
-    return { drive, recheck, parked, wakeParked } as const
+    return { drive, recheck, parked, wakeParked, shardsLeft: makeShardsLeft() } as const
   })
 }) {}

@@ -6,6 +6,7 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { makeParkedTasks } from "../entities/ParkedTasks.js"
+import { makeShardsLeft } from "../entities/shardsLeft.js"
 import { TaskLifecycle } from "../entities/TaskLifecycle.js"
 import { makeServer, RawRoutes } from "../http/RawRoutes.js"
 import type { ObjectStore } from "../output/ObjectStore.js"
@@ -42,7 +43,8 @@ export const layerLifecycleDisabled = Layer.succeed(
     drive: () => Effect.void,
     recheck: () => Effect.void,
     parked: makeParkedTasks(),
-    wakeParked: () => Effect.never
+    wakeParked: () => Effect.never,
+    shardsLeft: makeShardsLeft()
   })
 )
 

@@ -12,6 +12,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Clock, Context, Duration, Effect, Fiber, Layer, Option, TestClock } from "effect"
 import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
 import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
+import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { TaskLifecycle } from "../../src/entities/TaskLifecycle.js"
 import { wakeTask } from "../../src/entities/wakeTasks.js"
@@ -21,38 +22,38 @@ import { ids, makeAttempt, makeTask } from "../support/fixtures.js"
 
 const POLL_EVERY = 2_000
 
-/**
- * The runner's message storage, except that it never hands an entity its keep-alive: as on a runner that has just
- * taken a drained runner's shards, where ~10 s later no keep-alive had reached 94 of the 101 entities it had woken
- * (cluster-drain.test.ts). The cluster's EntityReaper then stops such an entity TASK_ENTITY_IDLE_TIME (5 s) after its
- * last message, whatever its lifecycle is doing.
- */
-const storageWithoutKeepAlives = Layer.effect(
-  MessageStorage.MessageStorage,
-  Effect.map(MessageStorage.MessageStorage, (inner) =>
-    MessageStorage.MessageStorage.of({
-      ...inner,
-      unprocessedMessages: (shardIds) =>
-        Effect.map(inner.unprocessedMessages(shardIds), (messages) =>
-          messages.filter((m) =>
-            !(m._tag === "IncomingRequest" && m.envelope.tag === Entity.KeepAliveRpc._tag)
-          ))
-    }))
-).pipe(Layer.provide(MessageStorage.layerMemory))
-
-/** One runner holding every shard (@effect/cluster's TestRunner, on the storage above). */
+/** One runner holding every shard (@effect/cluster's TestRunner). */
 const cluster = Sharding.layer.pipe(
   Layer.provideMerge(Runners.layerNoop),
-  Layer.provideMerge(storageWithoutKeepAlives),
+  Layer.provideMerge(MessageStorage.layerMemory),
   Layer.provide([RunnerStorage.layerMemory, RunnerHealth.layerNoop]),
   Layer.provide(ShardingConfig.layer())
+)
+
+/**
+ * The runner's sharding as the task entities see it, except that it never hands an entity its keep-alive: as on a
+ * runner that had just taken a drained runner's shards, when the keep-alive was a persisted message, where ~10 s
+ * later no keep-alive had reached 94 of the 101 entities it had woken (cluster-drain.test.ts). The cluster's
+ * EntityReaper then stops such an entity TASK_ENTITY_IDLE_TIME (5 s) after its last message, whatever its lifecycle
+ * is doing.
+ */
+const shardingWithoutKeepAlives = Layer.effect(
+  Sharding.Sharding,
+  Effect.map(Sharding.Sharding, (inner) =>
+    Sharding.Sharding.of({
+      ...inner,
+      sendOutgoing: (message, discard) =>
+        message._tag === "OutgoingRequest" && message.envelope.tag === Entity.KeepAliveRpc._tag
+          ? Effect.void
+          : inner.sendOutgoing(message, discard)
+    }))
 )
 
 /**
  * A running task polled every POLL_EVERY by a stand-in lifecycle (the entity's real build around it), and the
  * runner's wake-up of parked tasks as ResumeOnAcquire.ts runs it.
  */
-const setup = (options: { readonly loadMs?: number } = {}) =>
+const setup = (options: { readonly loadMs?: number; readonly keepAlives?: boolean } = {}) =>
   Effect.gen(function*() {
     const polls: Array<number> = []
     let builds = 0
@@ -94,11 +95,13 @@ const setup = (options: { readonly loadMs?: number } = {}) =>
             acquire: () => Effect.void,
             wake,
             stillHere
-          })
+          }),
+        shardsLeft: makeShardsLeft()
       })
     )
     const entities = GenerationTaskLive.pipe(
-      Layer.provide(Layer.mergeAll(store, lifecycle, Layer.succeed(LateResults, LateResults.make({} as never))))
+      Layer.provide(Layer.mergeAll(store, lifecycle, Layer.succeed(LateResults, LateResults.make({} as never)))),
+      Layer.provide(options.keepAlives === true ? Layer.empty : shardingWithoutKeepAlives)
     )
     const context = yield* Layer.build(
       Layer.mergeAll(entities, TaskClient.Default, lifecycle).pipe(Layer.provideMerge(cluster))
@@ -130,6 +133,18 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       expect(polls.length).toBeGreaterThanOrEqual(18)
       expect(Math.max(...gaps)).toBeLessThanOrEqual(POLL_EVERY + 200)
       expect(builds()).toBeGreaterThanOrEqual(3)
+    }))
+
+  it.scoped("its keep-alive, in memory, reaches it at once: it is not stopped while its lifecycle runs", () =>
+    Effect.gen(function*() {
+      const { builds, polls, start } = yield* setup({ keepAlives: true })
+      yield* Effect.fork(start)
+      yield* advance(41_000)
+      const gaps = polls.slice(1).map((at, i) => at - polls[i]!)
+      expect(polls.length).toBeGreaterThanOrEqual(18)
+      expect(Math.max(...gaps)).toBeLessThanOrEqual(POLL_EVERY + 200)
+      // one build for the whole 40 s: the reaper (5 s idle) skipped the entity
+      expect(builds()).toBe(1)
     }))
 
   it.scoped("a wake that stops waiting for the entity does not cut its build in half", () =>
