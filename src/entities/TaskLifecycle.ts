@@ -95,15 +95,6 @@ const isPolling = (s: TaskState) =>
     s.task.status === "cancel_requested")
 
 /**
- * A poll step that ends at once, so its entity needs no keep-alive for it (TaskHandle.stayAwake): the poll a woken
- * task was granted its slot for, or a look at a next poll not due yet (it answers how long to wait).
- */
-const shortPoll = (h: TaskHandle, s: TaskState, now: number) =>
-  isPolling(s) &&
-  (h.granted ||
-    (h.scheduleMemo !== null && h.scheduleMemo.attemptId === s.attempt!.id && h.scheduleMemo.nextPollAt > now))
-
-/**
  * Drives one task from queued to a terminal state, as a fiber in its entity's scope: submits it (exactly once
  * per attempt, resolving unknown outcomes by lookup), polls the provider on the task's schedule, asks the
  * provider to cancel, fetches and checks the output. Every decision is a pure step (lifecycle.ts, transition.ts)
@@ -125,21 +116,6 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const poller = makePoller({ clients, schedule, quota, breaker, config })
     const parked = makeParkedTasks()
     const idleAfterMs = Duration.toMillis(config.idleAfter)
-    /**
-     * How long a step may run without the entity's keep-alive: well within TASK_ENTITY_IDLE_TIME, after which the
-     * cluster's reaper may stop an entity with no message and no keep-alive. A short poll still running then (a slow
-     * provider, a cancel waiting for its slot) sends it: it is not stopped mid-query, its slot spent for nothing.
-     */
-    const shortMs = Math.min(2000, Duration.toMillis(config.entityIdleTime) / 2)
-    const keptAliveIfLong = <A, E>(short: boolean, work: Effect.Effect<A, E>, h: TaskHandle) =>
-      short
-        ? Effect.scoped(
-          Effect.zipRight(
-            Effect.forkScoped(Effect.delay(Effect.uninterruptible(h.stayAwake), Duration.millis(shortMs))),
-            work
-          )
-        )
-        : work
     const scaled = (seconds: number) => seconds * 1000 * config.policy.scale * (0.8 + Math.random() * 0.4)
     /** The one backoff from 1 s (scaled like every interval), for retry `n`, capped at `capSeconds`. */
     const retryDelay = (n: number, capSeconds: number) =>
@@ -216,16 +192,13 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
           if (isTerminal(s.task.status) || s.task.status === "manual_review") return
           // READ_ONLY, MAINTENANCE: no provider query whose answer could not be written; looked at every second
           if (!(yield* fence.allows("polling"))) {
-            yield* h.stayAwake
             yield* h.waitForChange(1000)
             continue
           }
-          const short = shortPoll(h, s, yield* Clock.currentTimeMillis)
-          if (!short) yield* h.stayAwake
           // each step (a submit, a poll round, an output fetch) is the work of a trace of its own
           const delay = yield* traced("TaskLifecycle.step", undefined, (traceId) => {
             h.traceId = traceId
-            return keptAliveIfLong(short, step(h, s), h).pipe(
+            return step(h, s).pipe(
               Effect.catchAllCause((cause) =>
                 Effect.as(
                   Effect.logWarning("lifecycle step failed; retrying", cause),
@@ -253,11 +226,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
             parked.unpark(h.taskId)
             continue
           }
-          if (delay > 0) {
-            // a woken task waiting out its wake lead before the poll it holds a slot for: short too
-            if (!(h.granted && polling && delay < shortMs)) yield* h.stayAwake
-            yield* h.waitForChange(delay)
-          }
+          if (delay > 0) yield* h.waitForChange(delay)
         }
       }).pipe(
         Effect.catchAllCause((cause) => Effect.logError("task lifecycle stopped", cause)),

@@ -1,7 +1,7 @@
 import { Entity, Envelope, Message, Sharding } from "@effect/cluster"
 import * as Headers from "@effect/platform/Headers"
 import { Rpc } from "@effect/rpc"
-import { Context, Effect, Option } from "effect"
+import { Context, Deferred, Effect, Option } from "effect"
 
 /**
  * The cluster's keep-alive under its own tag, without its `Persisted` annotation: the entity manager recognises the
@@ -16,11 +16,14 @@ const KeepAliveInMemory = Rpc.make(Entity.KeepAliveRpc._tag)
  * reply, two writes per lifecycle run, and the first message to a task (the one that builds its entity) waited for
  * the first. The persisted message also re-activated the entity on the shard's next owner; here that owner's
  * ResumeOnAcquire (and the sweeper behind it) does so from PostgreSQL, and a lifecycle stopped because its shard left
- * is parked for a look a second later in case the shard comes back at once (GenerationTaskLive: parkIfStillHere).
+ * notes the shard (shardsLeft.ts), so that this runner resumes its tasks if it holds the shard again by its next look.
  *
- * Built in an entity's build (it needs the entity's own keep-alive latch). `hold` sends the keep-alive to the entity
- * on this runner; if the shard is no longer here the send is retried until the entity is stopped with its shard, as
- * for the persisted one. `release` lets the entity's reaper count it idle again.
+ * Built in an entity's build (it needs the entity's own keep-alive latch). `hold` hands the keep-alive to the entity
+ * on this runner only, once: a shard no longer here (moving, or the runner stopping) gets none, and nothing waits for
+ * it (its next owner resumes the task); sent on with the library's retries it could wait for a shard that never comes
+ * back, holding the entity's scope open, and the shard's release with it. `release` lets the reaper count the entity
+ * idle again once the keep-alive is answered: a `hold` right after waits for that answer, else the entity manager,
+ * still counting the last one held, would answer the new one at once and then forget both.
  */
 export const makeInMemoryKeepAlive = Effect.gen(function*() {
   // in every entity's build context on a runner, though not in its type; an entity run by Entity.makeTestClient has
@@ -30,25 +33,52 @@ export const makeInMemoryKeepAlive = Effect.gen(function*() {
   const latch = maybeLatch.value
   const sharding = yield* Sharding.Sharding
   const address = yield* Entity.CurrentAddress
+  let held = false
+  /** The last keep-alive's answer (its entity manager's waiter ran): done at once if it was not delivered. */
+  let answered: Deferred.Deferred<void> | null = null
+
   const hold = Effect.gen(function*() {
+    if (held) return
+    if (answered !== null) yield* Deferred.await(answered)
     const requestId = yield* sharding.getSnowflake
-    latch.unsafeClose()
-    yield* sharding.sendOutgoing(
-      new Message.OutgoingRequest({
-        rpc: KeepAliveInMemory,
-        context: Context.empty() as Context.Context<any>,
-        envelope: Envelope.makeRequest({
-          requestId,
-          address,
-          tag: KeepAliveInMemory._tag,
-          payload: void 0,
-          headers: Headers.empty
-        }),
-        lastReceivedReply: Option.none(),
-        respond: () => Effect.void
+    const done = yield* Deferred.make<void>()
+    const message = new Message.OutgoingRequest<typeof KeepAliveInMemory>({
+      rpc: KeepAliveInMemory,
+      context: Context.empty() as Context.Context<never>,
+      envelope: Envelope.makeRequest<typeof KeepAliveInMemory>({
+        requestId,
+        address,
+        tag: KeepAliveInMemory._tag,
+        payload: void 0,
+        headers: Headers.empty
       }),
-      true
+      lastReceivedReply: Option.none(),
+      respond: () => Deferred.succeed(done, void 0)
+    })
+    const notDelivered = Deferred.succeed(done, void 0)
+    yield* Effect.suspend(() => {
+      held = true
+      answered = done
+      latch.unsafeClose()
+      // Sharding.send hands a message to an entity on this runner, or fails (EntityNotAssignedToRunner): typed for
+      // incoming messages, it takes outgoing ones too (as sendOutgoing does for a local volatile one)
+      return sharding.send(message as unknown as Message.Incoming<any>)
+    }).pipe(
+      Effect.catchAll((error) =>
+        Effect.zipRight(
+          notDelivered,
+          Effect.logDebug("keep-alive not delivered: the shard is not here").pipe(
+            Effect.annotateLogs({ reason: error._tag })
+          )
+        )
+      ),
+      // interrupted on its way (the lifecycle stopping): a later hold does not wait for an answer that never comes
+      Effect.onInterrupt(() => notDelivered)
     )
-  }).pipe(Effect.orDie)
-  return { hold, release: latch.open } as const
+  })
+  const release = Effect.suspend(() => {
+    held = false
+    return latch.open
+  })
+  return { hold, release } as const
 })

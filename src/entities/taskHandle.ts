@@ -34,14 +34,6 @@ export interface TaskHandle {
    * counts it as running; false if a webhook or a cancel changed the task meanwhile (keep driving).
    */
   readonly settle: Effect.Effect<boolean>
-  /**
-   * Holds the entity in memory while its lifecycle runs (a keep-alive in memory, sent once per run:
-   * inMemoryKeepAlive.ts). Every step asks for it but the poll a woken task was granted a slot for: that step is
-   * short, and while the provider's quota binds the task parks again right after it, so a wake costs no keep-alive
-   * (when the keep-alive was a persisted message, a write and a storage read; now a message in memory). A cluster
-   * reaper stopping the entity during that poll parks the task again (GenerationTaskLive: parkIfStillHere).
-   */
-  readonly stayAwake: Effect.Effect<void>
   /** The trace id of the lifecycle step running now (each step, a poll round say, is a trace of its own). */
   traceId: string
 }

@@ -22,12 +22,12 @@ import { ids, makeAttempt, makeTask } from "../support/fixtures.js"
 
 const POLL_EVERY = 2_000
 
-/** One runner holding every shard (@effect/cluster's TestRunner). */
+/** One runner holding every shard (@effect/cluster's TestRunner), messages to its entities not serialized, as on a runner. */
 const cluster = Sharding.layer.pipe(
   Layer.provideMerge(Runners.layerNoop),
   Layer.provideMerge(MessageStorage.layerMemory),
   Layer.provide([RunnerStorage.layerMemory, RunnerHealth.layerNoop]),
-  Layer.provide(ShardingConfig.layer())
+  Layer.provide(ShardingConfig.layer({ simulateRemoteSerialization: false }))
 )
 
 /**
@@ -42,10 +42,11 @@ const shardingWithoutKeepAlives = Layer.effect(
   Effect.map(Sharding.Sharding, (inner) =>
     Sharding.Sharding.of({
       ...inner,
-      sendOutgoing: (message, discard) =>
-        message._tag === "OutgoingRequest" && message.envelope.tag === Entity.KeepAliveRpc._tag
+      // the keep-alive is handed to the entity by Sharding.send (inMemoryKeepAlive.ts)
+      send: (message) =>
+        message._tag !== "IncomingEnvelope" && message.envelope.tag === Entity.KeepAliveRpc._tag
           ? Effect.void
-          : inner.sendOutgoing(message, discard)
+          : inner.send(message)
     }))
 )
 
