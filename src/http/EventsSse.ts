@@ -78,6 +78,11 @@ class SseTransport implements Transport {
   open(): void {
     this.res.writeHead(200, { ...SSE_HEADERS, [TRACE_HEADER]: this.traceId })
     this.res.write(`retry: ${this.sse.retryMs}\n\n`)
+    // node:http keeps the head it built (`_header`, read for `headersSent`) for the stream's life, as a rope of ~25
+    // concatenated strings (~0.8 KiB in a heap snapshot); reading a character makes V8 flatten it in place. Only read,
+    // never written. bench:sse, 5,000 idle streams, 2 runs each: live heap 7.3 KiB per stream against 7.9-8.0
+    const header = (this.res as unknown as { _header?: unknown })._header
+    if (typeof header === "string") header.charCodeAt(0)
     this.sse.open.add(this.res)
     this.sse.metrics.opened()
   }
