@@ -55,13 +55,16 @@ export const makeInMemoryKeepAlive = Effect.gen(function*() {
       lastReceivedReply: Option.none(),
       respond: () => Deferred.succeed(done, void 0)
     })
-    const notDelivered = Deferred.succeed(done, void 0)
+    // not delivered (failed, died, interrupted on its way): not held, and a later hold does not wait for an answer
+    // that never comes
+    const notDelivered = Effect.zipRight(Effect.sync(() => void (held = false)), Deferred.succeed(done, void 0))
     yield* Effect.suspend(() => {
       held = true
       answered = done
       latch.unsafeClose()
       // Sharding.send hands a message to an entity on this runner, or fails (EntityNotAssignedToRunner): typed for
-      // incoming messages, it takes outgoing ones too (as sendOutgoing does for a local volatile one)
+      // incoming messages, it takes outgoing ones too (as sendOutgoing does for a local volatile one); it waits for
+      // the entity type's registration and builds the entity if it is not in memory
       return sharding.send(message as unknown as Message.Incoming<any>)
     }).pipe(
       Effect.catchAll((error) =>
@@ -72,8 +75,7 @@ export const makeInMemoryKeepAlive = Effect.gen(function*() {
           )
         )
       ),
-      // interrupted on its way (the lifecycle stopping): a later hold does not wait for an answer that never comes
-      Effect.onInterrupt(() => notDelivered)
+      Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : notDelivered))
     )
   })
   const release = Effect.suspend(() => {
