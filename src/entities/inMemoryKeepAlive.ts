@@ -67,15 +67,12 @@ export const makeInMemoryKeepAlive = Effect.gen(function*() {
       // the entity type's registration and builds the entity if it is not in memory
       return sharding.send(message as unknown as Message.Incoming<any>)
     }).pipe(
+      Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : notDelivered)),
       Effect.catchAll((error) =>
-        Effect.zipRight(
-          notDelivered,
-          Effect.logDebug("keep-alive not delivered: the shard is not here").pipe(
-            Effect.annotateLogs({ reason: error._tag })
-          )
+        Effect.logDebug("keep-alive not delivered: the shard is not here").pipe(
+          Effect.annotateLogs({ reason: error._tag })
         )
-      ),
-      Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : notDelivered))
+      )
     )
   })
   const release = Effect.suspend(() => {

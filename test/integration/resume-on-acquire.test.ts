@@ -1,13 +1,14 @@
 import { ShardId, Sharding, ShardingConfig } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Layer, Schedule } from "effect"
+import { Effect, Layer } from "effect"
 import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 import { ResumeOnAcquireLive } from "../../src/entities/ResumeOnAcquire.js"
 import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { TaskLifecycle } from "../../src/entities/TaskLifecycle.js"
 import { MigrationsLive } from "../../src/persistence/Database.js"
+import { until } from "../support/admin.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
 
@@ -39,6 +40,8 @@ const insertQueued = (n: number) =>
  */
 const setup = Effect.gen(function*() {
   const starts: Array<string> = []
+  // every look asks once whether the one shard is held
+  let looks = 0
   const shard = ShardId.make("default", 1)
   const lifecycle = TaskLifecycle.make({
     drive: () => Effect.void,
@@ -58,18 +61,16 @@ const setup = Effect.gen(function*() {
     ),
     Layer.succeed(
       Sharding.Sharding,
-      Sharding.Sharding.of({ hasShardId: () => true, getShardId: () => shard } as never)
+      Sharding.Sharding.of({ hasShardId: () => (looks++, true), getShardId: () => shard } as never)
     ),
     ShardingConfig.layer({ shardsPerGroup: 1 })
   )
   yield* Layer.build(ResumeOnAcquireLive.pipe(Layer.provide(services)))
-  return { starts, lifecycle, shard }
+  return { starts, lifecycle, shard, looks: Effect.sync(() => looks) }
 })
 
 const startsReach = (starts: Array<string>, n: number) =>
-  Effect.suspend(() => (starts.length >= n ? Effect.void : Effect.fail("waiting"))).pipe(
-    Effect.retry({ schedule: Schedule.spaced("50 millis"), times: scaled(400) })
-  )
+  until(`${n} Starts`, Effect.sync(() => starts.length), (sent) => sent >= n)
 
 describe.skipIf(noDatabase)("resuming the tasks of an acquired shard", () => {
   layer(MigrationsLive.pipe(Layer.provideMerge(layerTestDatabase())), {
@@ -79,12 +80,13 @@ describe.skipIf(noDatabase)("resuming the tasks of an acquired shard", () => {
     it.scoped("a shard let go and held again between two looks has its tasks resumed again", () =>
       Effect.gen(function*() {
         const ids = yield* insertQueued(3)
-        const { lifecycle, shard, starts } = yield* setup
+        const { lifecycle, looks, shard, starts } = yield* setup
         // held at the first look: every live task is sent Start
         yield* startsReach(starts, 3)
         expect(new Set(starts)).toEqual(new Set(ids))
-        // looks go by with the shard held throughout: nothing more
-        yield* Effect.sleep(Duration.millis(1_200))
+        // two more looks go by with the shard held throughout: nothing more
+        const seen = yield* looks
+        yield* until("two more looks", looks, (n) => n >= seen + 2)
         expect(starts.length).toBe(3)
         // a lifecycle interrupted because the shard left; by the next look the shard is held again
         lifecycle.shardsLeft.note(shard.toString())
