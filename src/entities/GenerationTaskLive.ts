@@ -163,7 +163,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
          * keep-alive had reached them (those it had reached lived on). Now the lifecycle hands its keep-alive to the
          * entity in memory first thing, which fails only when the shard is gone (the branch below); this stays for an
          * entity the reaper stopped all the same (test/unit/reaped-lifecycle.test.ts drops its keep-alives).
-         * Interrupted because the shard left: its next owner resumes the task (ResumeOnAcquire). The shard is noted
+         * Interrupted, or its keep-alive refused, because the shard left: its next owner resumes the task (ResumeOnAcquire). The shard is noted
          * as left, so that this runner resumes it too if it holds the shard again by its next look (a lock lost and
          * taken back at once, which that look would not see as a change).
          */
@@ -197,8 +197,9 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
           // already pending when it starts still parks the task
           const lifecycleRun = Effect.gen(function*() {
             // held for the whole run: a message in memory, sent from here so that the message that started the
-            // lifecycle (the first one builds the entity) is answered without waiting for it
-            yield* keepAlive.hold
+            // lifecycle (the first one builds the entity) is answered without waiting for it. Not delivered (the
+            // shard left): the run ends here, as if interrupted, rather than drive a task its next owner resumes
+            if (!(yield* keepAlive.hold)) return yield* parkIfStillHere
             yield* lifecycle.drive(handle)
             if (!thisRun.settled) yield* keepAlive.release
           }).pipe(

@@ -1,7 +1,7 @@
-import { Entity, Envelope, Message, Sharding } from "@effect/cluster"
+import { Entity, type EntityAddress, Envelope, Message, Sharding } from "@effect/cluster"
 import * as Headers from "@effect/platform/Headers"
 import { Rpc } from "@effect/rpc"
-import { Context, Deferred, Effect, Option } from "effect"
+import { Context, Deferred, Effect, Fiber, Option } from "effect"
 
 /**
  * The cluster's keep-alive under its own tag, without its `Persisted` annotation: the entity manager recognises the
@@ -19,58 +19,61 @@ const KeepAliveInMemory = Rpc.make(Entity.KeepAliveRpc._tag)
  * notes the shard (shardsLeft.ts), so that this runner resumes its tasks if it holds the shard again by its next look.
  *
  * Built in an entity's build (it needs the entity's own keep-alive latch). `hold` hands the keep-alive to the entity
- * on this runner only, once: a shard no longer here (moving, or the runner stopping) gets none, and nothing waits for
- * it (its next owner resumes the task); sent on with the library's retries it could wait for a shard that never comes
- * back, holding the entity's scope open, and the shard's release with it. `release` lets the reaper count the entity
- * idle again once the keep-alive is answered: a `hold` right after waits for that answer, else the entity manager,
- * still counting the last one held, would answer the new one at once and then forget both.
+ * on this runner only, once, and says whether it was: a shard no longer here (moving, or the runner stopping) gets
+ * none, and nothing waits for it (its next owner resumes the task); sent on with the library's retries it could wait
+ * for a shard that never comes back, holding the entity's scope open, and the shard's release with it. `release` lets
+ * the reaper count the entity idle again once the keep-alive is answered: a `hold` right after waits for that answer,
+ * else the entity manager, still counting the last one held, would answer the new one at once and then forget both.
+ *
+ * The keep-alive goes to whatever entity the runner has for the address, and Sharding.send builds one if there is
+ * none: so it may reach a newer entity of the same task, when the reaper took this one out of the runner's map while
+ * a message in flight started its lifecycle again (this one stops when that message is answered). Two things keep
+ * that harmless. The send runs in a fiber of its own, so this entity's stop, which interrupts the lifecycle, never
+ * cuts the newer entity's build in half. And an entity's latch is open whenever it does not hold itself (it is made
+ * closed): a stray keep-alive is answered at once, or, if it comes while the newer entity holds itself, with that
+ * entity's own release, instead of holding it in memory with nobody to let it go.
  */
 export const makeInMemoryKeepAlive = Effect.gen(function*() {
   // in every entity's build context on a runner, though not in its type; an entity run by Entity.makeTestClient has
   // none, and no reaper: nothing to hold (as Entity.keepAlive does)
   const maybeLatch = yield* Effect.serviceOption(Entity.KeepAliveLatch)
-  if (Option.isNone(maybeLatch)) return { hold: Effect.void, release: Effect.void } as const
+  if (Option.isNone(maybeLatch)) return { hold: Effect.succeed(true), release: Effect.void } as const
   const latch = maybeLatch.value
+  latch.unsafeOpen()
   const sharding = yield* Sharding.Sharding
   const address = yield* Entity.CurrentAddress
   let held = false
   /** The last keep-alive's answer (its entity manager's waiter ran): done at once if it was not delivered. */
   let answered: Deferred.Deferred<void> | null = null
 
-  const hold = Effect.gen(function*() {
-    if (held) return
+  const hold: Effect.Effect<boolean> = Effect.gen(function*() {
+    if (held) return true
     if (answered !== null) yield* Deferred.await(answered)
-    const requestId = yield* sharding.getSnowflake
     const done = yield* Deferred.make<void>()
-    const message = new Message.OutgoingRequest<typeof KeepAliveInMemory>({
-      rpc: KeepAliveInMemory,
-      context: Context.empty() as Context.Context<never>,
-      envelope: Envelope.makeRequest<typeof KeepAliveInMemory>({
-        requestId,
-        address,
-        tag: KeepAliveInMemory._tag,
-        payload: void 0,
-        headers: Headers.empty
-      }),
-      lastReceivedReply: Option.none(),
-      respond: () => Deferred.succeed(done, void 0)
-    })
     // not delivered (failed, died, interrupted on its way): not held, and a later hold does not wait for an answer
     // that never comes
-    const notDelivered = Effect.zipRight(Effect.sync(() => void (held = false)), Deferred.succeed(done, void 0))
-    yield* Effect.suspend(() => {
+    const notDelivered = Effect.zipRight(
+      Effect.sync(() => {
+        held = false
+        latch.unsafeOpen()
+      }),
+      Deferred.succeed(done, void 0)
+    )
+    return yield* Effect.suspend(() => {
       held = true
       answered = done
       latch.unsafeClose()
-      // Sharding.send hands a message to an entity on this runner, or fails (EntityNotAssignedToRunner): typed for
-      // incoming messages, it takes outgoing ones too (as sendOutgoing does for a local volatile one); it waits for
-      // the entity type's registration and builds the entity if it is not in memory
-      return sharding.send(message as unknown as Message.Incoming<any>)
+      // it waits for the entity type's registration and builds the entity if it is not in memory: in a fiber of its
+      // own, which an interruption of this one (the entity stopping) leaves to finish
+      return Effect.forkDaemon(sendKeepAlive(sharding, address, Deferred.succeed(done, void 0)))
     }).pipe(
+      Effect.flatMap(Fiber.join),
       Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : notDelivered)),
+      Effect.as(true),
       Effect.catchAll((error) =>
         Effect.logDebug("keep-alive not delivered: the shard is not here").pipe(
-          Effect.annotateLogs({ reason: error._tag })
+          Effect.annotateLogs({ reason: error._tag }),
+          Effect.as(false)
         )
       )
     )
@@ -81,3 +84,30 @@ export const makeInMemoryKeepAlive = Effect.gen(function*() {
   })
   return { hold, release } as const
 })
+
+/**
+ * Hands the keep-alive to the entity at `address` on this runner (building it if it is not in memory), or fails
+ * (EntityNotAssignedToRunner): Sharding.send, typed for incoming messages, takes outgoing ones too (as sendOutgoing
+ * does for a local volatile one). `answered` runs when the entity manager answers it (its latch opened).
+ */
+export const sendKeepAlive = (
+  sharding: Sharding.Sharding["Type"],
+  address: EntityAddress.EntityAddress,
+  answered: Effect.Effect<unknown>
+) =>
+  Effect.flatMap(sharding.getSnowflake, (requestId) =>
+    sharding.send(
+      new Message.OutgoingRequest<typeof KeepAliveInMemory>({
+        rpc: KeepAliveInMemory,
+        context: Context.empty() as Context.Context<never>,
+        envelope: Envelope.makeRequest<typeof KeepAliveInMemory>({
+          requestId,
+          address,
+          tag: KeepAliveInMemory._tag,
+          payload: void 0,
+          headers: Headers.empty
+        }),
+        lastReceivedReply: Option.none(),
+        respond: () => Effect.asVoid(answered)
+      }) as unknown as Message.Incoming<any>
+    ))

@@ -1,6 +1,8 @@
 import {
   Entity,
+  EntityAddress,
   EntityId,
+  Message,
   MessageStorage,
   RunnerHealth,
   Runners,
@@ -8,9 +10,12 @@ import {
   Sharding,
   ShardingConfig
 } from "@effect/cluster"
+import { EntityNotAssignedToRunner } from "@effect/cluster/ClusterError"
 import { describe, expect, it } from "@effect/vitest"
 import { Clock, Context, Duration, Effect, Fiber, Layer, Option, TestClock } from "effect"
+import { GenerationTask } from "../../src/entities/GenerationTask.js"
 import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
+import { sendKeepAlive } from "../../src/entities/inMemoryKeepAlive.js"
 import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
@@ -42,24 +47,56 @@ const shardingWithoutKeepAlives = Layer.effect(
   Effect.map(Sharding.Sharding, (inner) =>
     Sharding.Sharding.of({
       ...inner,
-      // the keep-alive is handed to the entity by Sharding.send (inMemoryKeepAlive.ts)
+      // the keep-alive is handed to the entity by Sharding.send (inMemoryKeepAlive.ts): here it is taken and
+      // answered at once, as if the entity had not counted it (a refused one, the shard gone, ends the lifecycle)
       send: (message) =>
         message._tag !== "IncomingEnvelope" && message.envelope.tag === Entity.KeepAliveRpc._tag
-          ? Effect.void
+          ? (message as unknown as Message.OutgoingRequest<any>).respond(undefined as never)
           : inner.send(message)
     }))
+)
+
+/**
+ * The runner's sharding as the task entities see it when the task's shard leaves just as its lifecycle starts: its
+ * keep-alive is refused (EntityNotAssignedToRunner, as Sharding.send fails for a shard not here), and the shard is no
+ * longer here from then on.
+ */
+const shardLeavingAtHold = Layer.effect(
+  Sharding.Sharding,
+  Effect.map(Sharding.Sharding, (inner) => {
+    let gone = false
+    return Sharding.Sharding.of({
+      ...inner,
+      hasShardId: (shardId) => !gone && inner.hasShardId(shardId),
+      send: (message) =>
+        message._tag !== "IncomingEnvelope" && message.envelope.tag === Entity.KeepAliveRpc._tag
+          ? Effect.suspend(() => {
+            gone = true
+            return Effect.fail(new EntityNotAssignedToRunner({ address: message.envelope.address }))
+          })
+          : inner.send(message)
+    })
+  })
 )
 
 /**
  * A running task polled every POLL_EVERY by a stand-in lifecycle (the entity's real build around it), and the
  * runner's wake-up of parked tasks as ResumeOnAcquire.ts runs it.
  */
-const setup = (options: { readonly loadMs?: number; readonly keepAlives?: boolean } = {}) =>
+const setup = (
+  options: {
+    readonly loadMs?: number
+    readonly keepAlives?: boolean | "refused"
+    readonly finished?: boolean
+  } = {}
+) =>
   Effect.gen(function*() {
     const polls: Array<number> = []
     let builds = 0
     const state = {
-      task: makeTask({ status: "running", stage: "generating" }),
+      task: options.finished === true
+        ? makeTask({ status: "ready", stage: "done", progress: 100 })
+        : makeTask({ status: "running", stage: "generating" }),
       attempt: makeAttempt({ submitState: "RUNNING" })
     }
     const store = Layer.succeed(
@@ -71,6 +108,7 @@ const setup = (options: { readonly loadMs?: number; readonly keepAlives?: boolea
       } as never)
     )
     const parked = makeParkedTasks()
+    const shardsLeft = makeShardsLeft()
     const lifecycle = Layer.succeed(
       TaskLifecycle,
       TaskLifecycle.make({
@@ -97,12 +135,18 @@ const setup = (options: { readonly loadMs?: number; readonly keepAlives?: boolea
             wake,
             stillHere
           }),
-        shardsLeft: makeShardsLeft()
+        shardsLeft
       })
     )
     const entities = GenerationTaskLive.pipe(
       Layer.provide(Layer.mergeAll(store, lifecycle, Layer.succeed(LateResults, LateResults.make({} as never)))),
-      Layer.provide(options.keepAlives === true ? Layer.empty : shardingWithoutKeepAlives)
+      Layer.provide(
+        options.keepAlives === true
+          ? Layer.empty
+          : options.keepAlives === "refused"
+          ? shardLeavingAtHold
+          : shardingWithoutKeepAlives
+      )
     )
     const context = yield* Layer.build(
       Layer.mergeAll(entities, TaskClient.Default, lifecycle).pipe(Layer.provideMerge(cluster))
@@ -113,7 +157,7 @@ const setup = (options: { readonly loadMs?: number; readonly keepAlives?: boolea
       (id) => wakeTask(tasks, id, "idle-wake", true),
       (id) => sharding.hasShardId(sharding.getShardId(EntityId.make(id), "default"))
     ).pipe(Effect.forkScoped)
-    return { polls, builds: () => builds, start: wakeTask(tasks, ids.task, "test") }
+    return { polls, builds: () => builds, start: wakeTask(tasks, ids.task, "test"), sharding, shardsLeft, parked }
   })
 
 /** Moves the TestClock on in small steps, so that the cluster's fibers and the lifecycle run as time passes. */
@@ -159,5 +203,36 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       yield* advance(6_000)
       // ... and the build went on: the lifecycle drives the task (an interrupted build left neither entity nor poll)
       expect(polls.length).toBeGreaterThan(0)
+    }))
+
+  it.scoped("a keep-alive sent by an entity the reaper took out does not hold the one built after it", () =>
+    Effect.gen(function*() {
+      // the newer entity: a finished task, which starts no lifecycle and so never holds or releases itself
+      const { builds, sharding, start } = yield* setup({ keepAlives: true, finished: true })
+      yield* Effect.fork(start)
+      yield* advance(1_000)
+      expect(builds()).toBe(1)
+      // the older entity's keep-alive, sent as its lifecycle restarted while the reaper stopped it, reaches this one
+      const address = EntityAddress.make({
+        entityType: GenerationTask.type,
+        entityId: EntityId.make(ids.task),
+        shardId: sharding.getShardId(EntityId.make(ids.task), "default")
+      })
+      yield* sendKeepAlive(sharding, address, Effect.void)
+      // answered at once, not counted as held: the reaper stops the entity once idle (5 s), as any finished one
+      yield* advance(12_000)
+      expect(yield* sharding.activeEntityCount).toBe(0)
+    }))
+
+  it.scoped("a lifecycle whose keep-alive is refused (its shard left) ends there: it neither polls nor parks", () =>
+    Effect.gen(function*() {
+      const { parked, polls, sharding, shardsLeft, start } = yield* setup({ keepAlives: "refused" })
+      yield* Effect.fork(start)
+      yield* advance(3_000)
+      // the task is its shard's next owner's to resume (ResumeOnAcquire); this runner notes the shard as left, so it
+      // resumes the task too if it holds the shard again by its next look
+      expect(polls).toEqual([])
+      expect(parked.holds(ids.task, Number.MAX_SAFE_INTEGER)).toBe(false)
+      expect(shardsLeft.take()).toEqual([sharding.getShardId(EntityId.make(ids.task), "default").toString()])
     }))
 })
