@@ -95,6 +95,23 @@ const isPolling = (s: TaskState) =>
     s.task.status === "cancel_requested")
 
 /**
+ * After a step of a task with an attempt (`delay`: what the step answered), whether the task parks, its entity going
+ * idle, rather than wait awake: its quota slot is far (QUOTA_DEFERRED), or it polls and its next poll is far
+ * (TASK_IDLE_AFTER), or its quota slot is (`backlogged`: due tasks of its scope already wait for theirs in the
+ * runner's line). Not a task woken with its slot (`granted`, TASK_WAKE_LEAD before its poll): parked again, it would be
+ * woken with a second slot, the first one spent on nothing.
+ */
+export const parksAfterStep = (step: {
+  readonly delay: number
+  readonly polling: boolean
+  readonly granted: boolean
+  readonly backlogged: boolean
+  readonly idleAfterMs: number
+}) =>
+  step.delay === QUOTA_DEFERRED ||
+  (step.polling && (step.delay >= step.idleAfterMs || (step.delay > 0 && !step.granted && step.backlogged)))
+
+/**
  * Drives one task from queued to a terminal state, as a fiber in its entity's scope: submits it (exactly once
  * per attempt, resolving unknown outcomes by lookup), polls the provider on the task's schedule, asks the
  * provider to cancel, fetches and checks the output. Every decision is a pure step (lifecycle.ts, transition.ts)
@@ -209,13 +226,15 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
           })
           // only a polling task's step answers QUOTA_DEFERRED: it has an attempt and its provider's quota scope
           const quotaScope = s.attempt === null ? null : { provider: s.attempt.provider, tenantId: s.task.tenantId }
-          const polling = quotaScope !== null && isPolling(s)
           if (
-            (quotaScope !== null && delay === QUOTA_DEFERRED) ||
-            (polling && (delay >= idleAfterMs || (delay > 0 && parked.backlogged(quotaScope))))
+            quotaScope !== null && parksAfterStep({
+              delay,
+              polling: isPolling(s),
+              granted: h.granted,
+              backlogged: parked.backlogged(quotaScope),
+              idleAfterMs
+            })
           ) {
-            // the next poll is far, or its quota slot is (due tasks of its scope already wait for theirs here): the
-            // runner remembers when, and the entity goes
             const dueAt = (yield* Clock.currentTimeMillis) + Math.max(0, delay)
             parked.park(h.taskId, {
               dueAt,

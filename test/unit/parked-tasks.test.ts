@@ -1,6 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Clock, Duration, Effect, Fiber, TestClock } from "effect"
 import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
+import { QUOTA_DEFERRED } from "../../src/entities/poller.js"
+import { parksAfterStep } from "../../src/entities/TaskLifecycle.js"
 
 const scope = { provider: "runway", tenantId: "t1" }
 
@@ -143,4 +145,25 @@ describe("parked (idle) tasks on the test clock", () => {
       expect(woken.map((w) => w.id)).toEqual(["a", "b", "x"])
       yield* stop
     }))
+})
+
+describe("whether a task parks after a step (TaskLifecycle.parksAfterStep)", () => {
+  const step = { delay: 400, polling: true, granted: false, backlogged: true, idleAfterMs: 30_000 }
+
+  it("a polling task whose slot is far (its scope backlogged) parks, and so does one told QUOTA_DEFERRED", () => {
+    expect(parksAfterStep(step)).toBe(true)
+    expect(parksAfterStep({ ...step, delay: QUOTA_DEFERRED, polling: false, backlogged: false })).toBe(true)
+    expect(parksAfterStep({ ...step, delay: 30_000, backlogged: false })).toBe(true)
+  })
+
+  it("a task woken with its slot, its poll due within the wake lead, waits for it awake: its slot is not spent", () => {
+    expect(parksAfterStep({ ...step, granted: true })).toBe(false)
+    // a poll moved far (a webhook's schedule) parks all the same
+    expect(parksAfterStep({ ...step, granted: true, delay: 60_000 })).toBe(true)
+  })
+
+  it("a task with work to do now, or not polling, stays awake", () => {
+    expect(parksAfterStep({ ...step, delay: 0 })).toBe(false)
+    expect(parksAfterStep({ ...step, polling: false })).toBe(false)
+  })
 })
