@@ -162,10 +162,11 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
          * reaper stopped 94 of the 101 entities it had woken, between two polls, their shards still there; no
          * keep-alive had reached them (those it had reached lived on). Now the lifecycle hands its keep-alive to the
          * entity in memory first thing, which fails only when the shard is gone (the branch below); this stays for an
-         * entity the reaper stopped all the same (test/unit/reaped-lifecycle.test.ts drops its keep-alives).
-         * Interrupted, or its keep-alive refused, because the shard left: its next owner resumes the task (ResumeOnAcquire). The shard is noted
-         * as left, so that this runner resumes it too if it holds the shard again by its next look (a lock lost and
-         * taken back at once, which that look would not see as a change).
+         * entity the reaper stopped all the same (test/unit/reaped-lifecycle.test.ts answers its keep-alives
+         * without holding it), and for a keep-alive not delivered with the shard still here (a defect).
+         * Interrupted, or its keep-alive refused, because the shard left: its next owner resumes the task
+         * (ResumeOnAcquire). The shard is noted as left, so that this runner resumes it too if it holds the shard
+         * again by its next look (a lock lost and taken back at once, which that look would not see as a change).
          */
         const parkIfStillHere = Effect.gen(function*() {
           if (!sharding.hasShardId(address.shardId)) return lifecycle.shardsLeft.note(address.shardId.toString())

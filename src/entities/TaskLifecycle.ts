@@ -99,7 +99,8 @@ const isPolling = (s: TaskState) =>
  * idle, rather than wait awake: its quota slot is far (QUOTA_DEFERRED), or it polls and its next poll is far
  * (TASK_IDLE_AFTER), or its quota slot is (`backlogged`: due tasks of its scope already wait for theirs in the
  * runner's line). Not a task woken with its slot (`granted`, TASK_WAKE_LEAD before its poll): parked again, it would be
- * woken with a second slot, the first one spent on nothing.
+ * woken with a second slot, the first one spent on nothing. (A slot kept past a breaker's refusal, which comes
+ * before the slot is spent, keeps such a task awake too, for less than TASK_IDLE_AFTER.)
  */
 export const parksAfterStep = (step: {
   readonly delay: number

@@ -35,6 +35,13 @@ const cluster = Sharding.layer.pipe(
   Layer.provide(ShardingConfig.layer({ simulateRemoteSerialization: false }))
 )
 
+/** The keep-alive an entity hands itself (inMemoryKeepAlive.ts), as Sharding.send sees it. */
+const isKeepAlive = (message: Message.Incoming<any>) =>
+  message._tag !== "IncomingEnvelope" && message.envelope.tag === Entity.KeepAliveRpc._tag
+
+/** The test task's shard. */
+const taskShard = (sharding: Sharding.Sharding["Type"]) => sharding.getShardId(EntityId.make(ids.task), "default")
+
 /**
  * The runner's sharding as the task entities see it, except that it never hands an entity its keep-alive: as on a
  * runner that had just taken a drained runner's shards, when the keep-alive was a persisted message, where ~10 s
@@ -50,7 +57,7 @@ const shardingWithoutKeepAlives = Layer.effect(
       // the keep-alive is handed to the entity by Sharding.send (inMemoryKeepAlive.ts): here it is taken and
       // answered at once, as if the entity had not counted it (a refused one, the shard gone, ends the lifecycle)
       send: (message) =>
-        message._tag !== "IncomingEnvelope" && message.envelope.tag === Entity.KeepAliveRpc._tag
+        isKeepAlive(message)
           ? (message as unknown as Message.OutgoingRequest<any>).respond(undefined as never)
           : inner.send(message)
     }))
@@ -69,7 +76,7 @@ const shardLeavingAtHold = Layer.effect(
       ...inner,
       hasShardId: (shardId) => !gone && inner.hasShardId(shardId),
       send: (message) =>
-        message._tag !== "IncomingEnvelope" && message.envelope.tag === Entity.KeepAliveRpc._tag
+        isKeepAlive(message)
           ? Effect.suspend(() => {
             gone = true
             return Effect.fail(new EntityNotAssignedToRunner({ address: message.envelope.address }))
@@ -79,6 +86,16 @@ const shardLeavingAtHold = Layer.effect(
   })
 )
 
+/** The runner's sharding as the task entities see it when handing an entity its keep-alive dies (a defect). */
+const keepAliveDying = Layer.effect(
+  Sharding.Sharding,
+  Effect.map(Sharding.Sharding, (inner) =>
+    Sharding.Sharding.of({
+      ...inner,
+      send: (message) => isKeepAlive(message) ? Effect.dieMessage("keep-alive lost") : inner.send(message)
+    }))
+)
+
 /**
  * A running task polled every POLL_EVERY by a stand-in lifecycle (the entity's real build around it), and the
  * runner's wake-up of parked tasks as ResumeOnAcquire.ts runs it.
@@ -86,7 +103,7 @@ const shardLeavingAtHold = Layer.effect(
 const setup = (
   options: {
     readonly loadMs?: number
-    readonly keepAlives?: boolean | "refused"
+    readonly keepAlives?: boolean | "refused" | "dying"
     readonly finished?: boolean
   } = {}
 ) =>
@@ -145,6 +162,8 @@ const setup = (
           ? Layer.empty
           : options.keepAlives === "refused"
           ? shardLeavingAtHold
+          : options.keepAlives === "dying"
+          ? keepAliveDying
           : shardingWithoutKeepAlives
       )
     )
@@ -216,7 +235,7 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       const address = EntityAddress.make({
         entityType: GenerationTask.type,
         entityId: EntityId.make(ids.task),
-        shardId: sharding.getShardId(EntityId.make(ids.task), "default")
+        shardId: taskShard(sharding)
       })
       yield* sendKeepAlive(sharding, address, Effect.void)
       // answered at once, not counted as held: the reaper stops the entity once idle (5 s), as any finished one
@@ -232,7 +251,17 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       // the task is its shard's next owner's to resume (ResumeOnAcquire); this runner notes the shard as left, so it
       // resumes the task too if it holds the shard again by its next look
       expect(polls).toEqual([])
-      expect(parked.holds(ids.task, Number.MAX_SAFE_INTEGER)).toBe(false)
-      expect(shardsLeft.take()).toEqual([sharding.getShardId(EntityId.make(ids.task), "default").toString()])
+      expect(parked.holds(ids.task, yield* Clock.currentTimeMillis)).toBe(false)
+      expect(shardsLeft.take()).toEqual([taskShard(sharding).toString()])
+    }))
+
+  it.scoped("a lifecycle whose keep-alive died on its way ends there, the task parked here (its shard still is)", () =>
+    Effect.gen(function*() {
+      const { parked, polls, shardsLeft, start } = yield* setup({ keepAlives: "dying" })
+      yield* Effect.fork(start)
+      yield* advance(500)
+      expect(polls).toEqual([])
+      expect(parked.holds(ids.task, yield* Clock.currentTimeMillis)).toBe(true)
+      expect(shardsLeft.take()).toEqual([])
     }))
 })
