@@ -106,11 +106,12 @@ export const parksAfterStep = (step: {
   readonly delay: number
   readonly polling: boolean
   readonly granted: boolean
-  readonly backlogged: boolean
+  /** looked at last, only when it decides (a lookup by scope key, on every step otherwise) */
+  readonly backlogged: () => boolean
   readonly idleAfterMs: number
 }) =>
   step.delay === QUOTA_DEFERRED ||
-  (step.polling && (step.delay >= step.idleAfterMs || (step.delay > 0 && !step.granted && step.backlogged)))
+  (step.polling && (step.delay >= step.idleAfterMs || (step.delay > 0 && !step.granted && step.backlogged())))
 
 /**
  * Drives one task from queued to a terminal state, as a fiber in its entity's scope: submits it (exactly once
@@ -232,7 +233,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
               delay,
               polling: isPolling(s),
               granted: h.granted,
-              backlogged: parked.backlogged(quotaScope),
+              backlogged: () => parked.backlogged(quotaScope),
               idleAfterMs
             })
           ) {

@@ -148,12 +148,12 @@ describe("parked (idle) tasks on the test clock", () => {
 })
 
 describe("whether a task parks after a step (TaskLifecycle.parksAfterStep)", () => {
-  const step = { delay: 400, polling: true, granted: false, backlogged: true, idleAfterMs: 30_000 }
+  const step = { delay: 400, polling: true, granted: false, backlogged: () => true, idleAfterMs: 30_000 }
 
   it("a polling task whose slot is far (its scope backlogged) parks, and so does one told QUOTA_DEFERRED", () => {
     expect(parksAfterStep(step)).toBe(true)
-    expect(parksAfterStep({ ...step, delay: QUOTA_DEFERRED, polling: false, backlogged: false })).toBe(true)
-    expect(parksAfterStep({ ...step, delay: 30_000, backlogged: false })).toBe(true)
+    expect(parksAfterStep({ ...step, delay: QUOTA_DEFERRED, polling: false, backlogged: () => false })).toBe(true)
+    expect(parksAfterStep({ ...step, delay: 30_000, backlogged: () => false })).toBe(true)
   })
 
   it("a task woken with its slot, its poll due within the wake lead, waits for it awake: its slot is not spent", () => {

@@ -43,58 +43,49 @@ const isKeepAlive = (message: Message.Incoming<any>) =>
 const taskShard = (sharding: Sharding.Sharding["Type"]) => sharding.getShardId(EntityId.make(ids.task), "default")
 
 /**
- * The runner's sharding as the task entities see it, except that it never hands an entity its keep-alive: as on a
+ * The runner's sharding as the task entities see it, except for the keep-alive an entity hands itself
+ * (inMemoryKeepAlive.ts, through Sharding.send), which `keepAlive` takes instead; the shard is held while `shardHere`.
+ */
+const shardingWhereKeepAlives = (
+  keepAlive: (message: Message.Incoming<any>) => Effect.Effect<void, EntityNotAssignedToRunner>,
+  shardHere: () => boolean = () => true
+) =>
+  Layer.effect(
+    Sharding.Sharding,
+    Effect.map(Sharding.Sharding, (inner) =>
+      Sharding.Sharding.of({
+        ...inner,
+        hasShardId: (shardId) => shardHere() && inner.hasShardId(shardId),
+        send: (message) => isKeepAlive(message) ? keepAlive(message) : inner.send(message)
+      }))
+  )
+
+/**
+ * A keep-alive that never holds the entity: taken and answered at once, as if the entity had not counted it. As on a
  * runner that had just taken a drained runner's shards, when the keep-alive was a persisted message, where ~10 s
  * later no keep-alive had reached 94 of the 101 entities it had woken (cluster-drain.test.ts). The cluster's
  * EntityReaper then stops such an entity TASK_ENTITY_IDLE_TIME (5 s) after its last message, whatever its lifecycle
  * is doing.
  */
-const shardingWithoutKeepAlives = Layer.effect(
-  Sharding.Sharding,
-  Effect.map(Sharding.Sharding, (inner) =>
-    Sharding.Sharding.of({
-      ...inner,
-      // the keep-alive is handed to the entity by Sharding.send (inMemoryKeepAlive.ts): here it is taken and
-      // answered at once, as if the entity had not counted it (a refused one, the shard gone, ends the lifecycle)
-      send: (message) =>
-        isKeepAlive(message)
-          ? (message as unknown as Message.OutgoingRequest<any>).respond(undefined as never)
-          : inner.send(message)
-    }))
+const shardingWithoutKeepAlives = shardingWhereKeepAlives((message) =>
+  (message as unknown as Message.OutgoingRequest<any>).respond(undefined as never)
 )
 
 /**
- * The runner's sharding as the task entities see it when the task's shard leaves just as its lifecycle starts: its
- * keep-alive is refused (EntityNotAssignedToRunner, as Sharding.send fails for a shard not here), and the shard is no
- * longer here from then on.
+ * The task's shard leaves just as its lifecycle starts: its keep-alive is refused (EntityNotAssignedToRunner, as
+ * Sharding.send fails for a shard not here), and the shard is no longer here from then on.
  */
-const shardLeavingAtHold = Layer.effect(
-  Sharding.Sharding,
-  Effect.map(Sharding.Sharding, (inner) => {
-    let gone = false
-    return Sharding.Sharding.of({
-      ...inner,
-      hasShardId: (shardId) => !gone && inner.hasShardId(shardId),
-      send: (message) =>
-        isKeepAlive(message)
-          ? Effect.suspend(() => {
-            gone = true
-            return Effect.fail(new EntityNotAssignedToRunner({ address: message.envelope.address }))
-          })
-          : inner.send(message)
-    })
-  })
-)
+const shardLeavingAtHold = () => {
+  let gone = false
+  return shardingWhereKeepAlives((message) =>
+    Effect.suspend(() => {
+      gone = true
+      return Effect.fail(new EntityNotAssignedToRunner({ address: message.envelope.address }))
+    }), () => !gone)
+}
 
-/** The runner's sharding as the task entities see it when handing an entity its keep-alive dies (a defect). */
-const keepAliveDying = Layer.effect(
-  Sharding.Sharding,
-  Effect.map(Sharding.Sharding, (inner) =>
-    Sharding.Sharding.of({
-      ...inner,
-      send: (message) => isKeepAlive(message) ? Effect.dieMessage("keep-alive lost") : inner.send(message)
-    }))
-)
+/** Handing an entity its keep-alive dies (a defect). */
+const keepAliveDying = shardingWhereKeepAlives(() => Effect.dieMessage("keep-alive lost"))
 
 /**
  * A running task polled every POLL_EVERY by a stand-in lifecycle (the entity's real build around it), and the
@@ -161,7 +152,7 @@ const setup = (
         options.keepAlives === true
           ? Layer.empty
           : options.keepAlives === "refused"
-          ? shardLeavingAtHold
+          ? shardLeavingAtHold()
           : options.keepAlives === "dying"
           ? keepAliveDying
           : shardingWithoutKeepAlives
