@@ -81,6 +81,7 @@ export const layerCluster = (c: RunnerConfig) => {
       // the interval is waited out in the storage, which a runner joining or leaving cuts short (RunnerChanges.ts)
       refreshAssignmentsInterval: LIBRARY_REFRESH_PAUSE,
       runnerHealthCheckInterval: c.runnerHealthCheckInterval,
+      sendRetryInterval: c.sendRetryInterval,
       entityMessagePollInterval: c.entityMessagePollInterval,
       entityMaxIdleTime: c.entityMaxIdleTime,
       simulateRemoteSerialization: c.simulateRemoteSerialization

@@ -50,6 +50,14 @@ export const RunnerSettings = S.area("Runner", "roles, HTTP listener, runner-to-
     "how often runners check each other's health",
     "2 seconds"
   ),
+  // A message to a task whose shard is moving (released by one runner, not yet taken by the next) is sent again after
+  // this (the library's own default is 100 ms): the last task to answer after a SIGTERM waited up to a whole
+  // interval past its shard's arrival (bench:handoff). A retry is a lookup in memory while the shard is in transit.
+  sendRetryInterval: S.duration(
+    "SEND_RETRY_INTERVAL",
+    "a message to an entity whose shard is moving between runners is sent again after this",
+    "20 millis"
+  ),
   entityMessagePollInterval: S.duration(
     "ENTITY_MESSAGE_POLL_INTERVAL",
     "how often unprocessed entity messages are polled from storage",
