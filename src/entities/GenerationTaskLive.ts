@@ -24,10 +24,11 @@ const OPERATOR_OUTPUT_WINDOW_MS = 60 * 60 * 1000
 /** How many times one message re-evaluates after losing the version CAS before giving up. */
 const MAX_CAS_ROUNDS = 5
 
-export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
-  LifecycleSettings.config,
+export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
+  // the scope: where the entities' keep-alives are sent from (inMemoryKeepAlive.ts), the entity type's life here
+  Effect.zip(LifecycleSettings.config, Effect.scope),
   // a task entity with nothing to do (idle, finished) leaves memory TASK_ENTITY_IDLE_TIME after its last message
-  ({ entityIdleTime }) =>
+  ([{ entityIdleTime }, keepAliveSends]) =>
     GenerationTask.toLayer(
       Effect.gen(function*() {
         const address = yield* Entity.CurrentAddress
@@ -36,7 +37,7 @@ export const GenerationTaskLive = Layer.unwrapEffect(Effect.map(
         const store = yield* TaskStore
         const lateResults = yield* LateResults
         const lifecycle = yield* TaskLifecycle
-        const keepAlive = yield* makeInMemoryKeepAlive
+        const keepAlive = yield* makeInMemoryKeepAlive(keepAliveSends)
         // the lifecycle fiber and the Rpc handlers both commit: one decision at a time, so neither loses a CAS to
         // the other, and the lifecycle wakes when a handler moved the task
         const decisions = yield* Effect.makeSemaphore(1)

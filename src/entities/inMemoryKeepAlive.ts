@@ -1,7 +1,7 @@
 import { Entity, type EntityAddress, Envelope, Message, Sharding } from "@effect/cluster"
 import * as Headers from "@effect/platform/Headers"
 import { Rpc } from "@effect/rpc"
-import { Cause, Context, Deferred, Effect, Fiber, Option } from "effect"
+import { Cause, Context, Deferred, Effect, Fiber, Option, type Scope } from "effect"
 
 /**
  * The cluster's keep-alive under its own tag, without its `Persisted` annotation: the entity manager recognises the
@@ -29,15 +29,16 @@ const KeepAliveInMemory = Rpc.make(Entity.KeepAliveRpc._tag)
  * The keep-alive goes to whatever entity the runner has for the address, and Sharding.send builds one if there is
  * none: so it may reach a newer entity of the same task, when the reaper took this one out of the runner's map while
  * a message in flight started its lifecycle again (this one stops when that message is answered). Two things bound
- * the harm. The send runs in a fiber of its own, so this entity's stop, which interrupts the lifecycle, never cuts
- * the newer entity's build in half. And an entity's latch is open whenever it does not hold itself (it is made
+ * the harm. The send runs in a fiber of `sends` (the entity type's scope on this runner, which closes when the runner
+ * stops), not of the lifecycle, so this entity's stop, which interrupts the lifecycle, never cuts the newer entity's
+ * build in half. And an entity's latch is open whenever it does not hold itself (it is made
  * closed): a stray keep-alive is answered at once, or, if it comes while the newer entity holds itself, with that
  * entity's own release, instead of holding it in memory with nobody to let it go. What is left (read, not measured):
  * a stray taken while the newer entity's own keep-alive is on its way answers that one at once, so a hold soon after
  * that entity's release may find the entity unheld; the reaper may then stop it mid-run, and it parks its task
  * (GenerationTaskLive's parkIfStillHere): a rebuild, not a lost task.
  */
-export const makeInMemoryKeepAlive = Effect.gen(function*() {
+export const makeInMemoryKeepAlive = Effect.fnUntraced(function*(sends: Scope.Scope) {
   // in every entity's build context on a runner, though not in its type; an entity run by Entity.makeTestClient has
   // none, and no reaper: nothing to hold (as Entity.keepAlive does)
   const maybeLatch = yield* Effect.serviceOption(Entity.KeepAliveLatch)
@@ -68,10 +69,10 @@ export const makeInMemoryKeepAlive = Effect.gen(function*() {
       held = true
       answered = done
       latch.unsafeClose()
-      // it waits for the entity type's registration and builds the entity if it is not in memory: in a fiber of its
-      // own, which an interruption of this one (the entity stopping) leaves to finish (awaited, not joined: its
-      // fiber refs stay its own)
-      return Effect.forkDaemon(sendKeepAlive(sharding, address, answer))
+      // it waits for the entity type's registration and builds the entity if it is not in memory: in a fiber of
+      // `sends`, which an interruption of this one (the entity stopping) leaves to finish, and the runner's stop
+      // ends (awaited, not joined: its fiber refs stay its own)
+      return Effect.forkIn(sendKeepAlive(sharding, address, answer), sends)
     }).pipe(
       Effect.flatMap((fiber) => Effect.flatten(Fiber.await(fiber))),
       Effect.onExit((exit) => (exit._tag === "Success" ? Effect.void : notDelivered)),

@@ -1,7 +1,7 @@
 import { Entity, EntityAddress, EntityId, type Message, ShardId, Sharding, Snowflake } from "@effect/cluster"
 import { EntityNotAssignedToRunner } from "@effect/cluster/ClusterError"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Option, TestClock } from "effect"
+import { Deferred, Effect, Exit, Fiber, Option, Scope, TestClock } from "effect"
 import { GenerationTask } from "../../src/entities/GenerationTask.js"
 import { makeInMemoryKeepAlive } from "../../src/entities/inMemoryKeepAlive.js"
 
@@ -15,11 +15,14 @@ const address = EntityAddress.make({
  * An entity's in-memory keep-alive (src/entities/inMemoryKeepAlive.ts) over a Sharding whose `send` is `send`: the
  * keep-alive as the entity manager would take it. Returns the keep-alive and the entity's latch.
  */
-const keepAliveOver = (send: (message: Message.Incoming<any>) => Effect.Effect<void, EntityNotAssignedToRunner>) =>
+const keepAliveOver = (
+  send: (message: Message.Incoming<any>) => Effect.Effect<void, EntityNotAssignedToRunner>,
+  sends?: Scope.Scope
+) =>
   Effect.gen(function*() {
     const latch = yield* Effect.makeLatch(false)
     const sharding = Sharding.Sharding.of({ getSnowflake: Effect.succeed(Snowflake.Snowflake(1n)), send } as never)
-    const keepAlive = yield* makeInMemoryKeepAlive.pipe(
+    const keepAlive = yield* makeInMemoryKeepAlive(sends ?? (yield* Effect.scope)).pipe(
       Effect.provideService(Sharding.Sharding, sharding),
       Effect.provideService(Entity.CurrentAddress, address),
       Effect.provideService(Entity.KeepAliveLatch, latch)
@@ -41,7 +44,7 @@ const answer = (message: Message.Incoming<any>) =>
   (message as unknown as Message.OutgoingRequest<any>).respond(undefined as never)
 
 describe("an entity's keep-alive in memory", () => {
-  it.effect("open while the entity does not hold itself, closed while it does, open again once released", () =>
+  it.scoped("open while the entity does not hold itself, closed while it does, open again once released", () =>
     Effect.gen(function*() {
       const { keepAlive, latch } = yield* keepAliveOver(() => Effect.void)
       // made closed by the library; opened at build, so that a stray keep-alive (an older entity's) is answered
@@ -52,7 +55,7 @@ describe("an entity's keep-alive in memory", () => {
       expect(yield* isOpen(latch)).toBe(true)
     }))
 
-  it.effect("refused (the shard left): not held, the latch open again, and a later hold does not wait", () =>
+  it.scoped("refused (the shard left): not held, the latch open again, and a later hold does not wait", () =>
     Effect.gen(function*() {
       let refuse = true
       const { keepAlive, latch } = yield* keepAliveOver((message) =>
@@ -67,7 +70,7 @@ describe("an entity's keep-alive in memory", () => {
       expect(yield* Fiber.join(later)).toEqual(Option.some(true))
     }))
 
-  it.effect("a caller interrupted while the keep-alive is on its way does not cut its send (a build) in half", () =>
+  it.scoped("a caller interrupted while the keep-alive is on its way does not cut its send (a build) in half", () =>
     Effect.gen(function*() {
       // the send builds the entity the keep-alive goes to: it takes a while
       const sending = yield* Deferred.make<void>()
@@ -88,5 +91,29 @@ describe("an entity's keep-alive in memory", () => {
       yield* Deferred.succeed(building, void 0)
       yield* Effect.yieldNow()
       expect(built).toBe(true)
+    }))
+
+  it.scoped("a keep-alive still on its way when the runner stops is ended with it", () =>
+    Effect.gen(function*() {
+      const sending = yield* Deferred.make<void>()
+      let interrupted = false
+      const runner = yield* Scope.make()
+      const { keepAlive } = yield* keepAliveOver(
+        () =>
+          Deferred.succeed(sending, void 0).pipe(
+            Effect.zipRight(Effect.never),
+            Effect.onInterrupt(() => Effect.sync(() => (interrupted = true)))
+          ),
+        runner
+      )
+      const holding = yield* Effect.fork(keepAlive.hold)
+      yield* Deferred.await(sending)
+      yield* Scope.close(runner, Exit.void)
+      // the lifecycle that sent it is interrupted too (its keep-alive never came): it parks or leaves the task
+      const ended = yield* Effect.fork(Effect.timeoutOption(Fiber.await(holding), "1 second"))
+      yield* TestClock.adjust("1 second")
+      const exit = yield* Fiber.join(ended)
+      expect(Option.isSome(exit) && Exit.isInterrupted(exit.value)).toBe(true)
+      expect(interrupted).toBe(true)
     }))
 })
