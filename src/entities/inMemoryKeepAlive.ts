@@ -18,25 +18,25 @@ const KeepAliveInMemory = Rpc.make(Entity.KeepAliveRpc._tag)
  * ResumeOnAcquire (and the sweeper behind it) does so from PostgreSQL, and a lifecycle stopped because its shard left
  * notes the shard (shardsLeft.ts), so that this runner resumes its tasks if it holds the shard again by its next look.
  *
- * Built in an entity's build (it needs the entity's own keep-alive latch). `hold` hands the keep-alive to the entity
- * on this runner only, once, and says whether it was (true may mean a newer entity of the task got it, below): a
- * shard no longer here (moving, or the runner stopping) gets
- * none, and nothing waits for it (its next owner resumes the task); sent on with the library's retries it could wait
- * for a shard that never comes back, holding the entity's scope open, and the shard's release with it. `release` lets
- * the reaper count the entity idle again once the keep-alive is answered: a `hold` right after waits for that answer,
- * else the entity manager, still counting the last one held, would answer the new one at once and then forget both.
+ * Built in an entity's build (it needs the entity's own keep-alive latch), given the scope its sends run in. `hold`
+ * hands the keep-alive to the entity on this runner only, once, and says whether it was (true may mean a newer entity
+ * of the task got it, below): a shard no longer here (moving, or the runner stopping) gets none, and nothing waits for
+ * it (its next owner resumes the task); sent on with the library's retries it could wait for a shard that never comes
+ * back, holding the entity's scope open, and the shard's release with it. `release` lets the reaper count the entity
+ * idle again once the keep-alive is answered: a `hold` right after waits for that answer, else the entity manager,
+ * still counting the last one held, would answer the new one at once and then forget both.
  *
- * The keep-alive goes to whatever entity the runner has for the address, and Sharding.send builds one if there is
- * none: so it may reach a newer entity of the same task, when the reaper took this one out of the runner's map while
- * a message in flight started its lifecycle again (this one stops when that message is answered). Two things bound
- * the harm. The send runs in a fiber of `sends` (the entity type's scope on this runner, which closes when the runner
+ * The keep-alive goes to whatever entity the runner has for the address, and Sharding.send builds one if there is none:
+ * so it may reach a newer entity of the same task, when the reaper took this one out of the runner's map while a
+ * message in flight started its lifecycle again (this one stops when that message is answered). Two things bound the
+ * harm. The send runs in a fiber of `sends` (the entity type's scope on this runner, which closes when the runner
  * stops), not of the lifecycle, so this entity's stop, which interrupts the lifecycle, never cuts the newer entity's
- * build in half. And an entity's latch is open whenever it does not hold itself (it is made
- * closed): a stray keep-alive is answered at once, or, if it comes while the newer entity holds itself, with that
- * entity's own release, instead of holding it in memory with nobody to let it go. What is left (read, not measured):
- * a stray taken while the newer entity's own keep-alive is on its way answers that one at once, so a hold soon after
- * that entity's release may find the entity unheld; the reaper may then stop it mid-run, and it parks its task
- * (GenerationTaskLive's parkIfStillHere): a rebuild, not a lost task.
+ * build in half. And an entity's latch is open whenever it does not hold itself (it is made closed): a stray keep-alive
+ * is answered at once, or, if it comes while the newer entity holds itself, with that entity's own release, instead of
+ * holding it in memory with nobody to let it go. What is left (read, not measured): a stray taken while the newer
+ * entity's own keep-alive is on its way answers that one at once, so a hold soon after that entity's release may find
+ * the entity unheld; the reaper may then stop it mid-run, and it parks its task (GenerationTaskLive's parkIfStillHere):
+ * a rebuild, not a lost task.
  */
 export const makeInMemoryKeepAlive = Effect.fnUntraced(function*(sends: Scope.Scope) {
   // in every entity's build context on a runner, though not in its type; an entity run by Entity.makeTestClient has

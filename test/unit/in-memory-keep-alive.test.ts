@@ -4,6 +4,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Option, Scope, TestClock } from "effect"
 import { GenerationTask } from "../../src/entities/GenerationTask.js"
 import { makeInMemoryKeepAlive } from "../../src/entities/inMemoryKeepAlive.js"
+import { answerKeepAlive } from "../support/keepAlives.js"
 
 const address = EntityAddress.make({
   entityType: GenerationTask.type,
@@ -40,9 +41,6 @@ const isOpen = (latch: Effect.Latch) =>
     return through
   })
 
-const answer = (message: Message.Incoming<any>) =>
-  (message as unknown as Message.OutgoingRequest<any>).respond(undefined as never)
-
 describe("an entity's keep-alive in memory", () => {
   it.scoped("open while the entity does not hold itself, closed while it does, open again once released", () =>
     Effect.gen(function*() {
@@ -59,7 +57,9 @@ describe("an entity's keep-alive in memory", () => {
     Effect.gen(function*() {
       let refuse = true
       const { keepAlive, latch } = yield* keepAliveOver((message) =>
-        refuse ? Effect.fail(new EntityNotAssignedToRunner({ address: message.envelope.address })) : answer(message)
+        refuse
+          ? Effect.fail(new EntityNotAssignedToRunner({ address: message.envelope.address }))
+          : answerKeepAlive(message)
       )
       expect(yield* keepAlive.hold).toBe(false)
       expect(yield* isOpen(latch)).toBe(true)
@@ -81,7 +81,7 @@ describe("an entity's keep-alive in memory", () => {
           yield* Deferred.succeed(sending, void 0)
           yield* Deferred.await(building)
           built = true
-          yield* answer(message)
+          yield* answerKeepAlive(message)
         })
       )
       const holding = yield* Effect.fork(keepAlive.hold)

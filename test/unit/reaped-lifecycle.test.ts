@@ -1,5 +1,4 @@
 import {
-  Entity,
   EntityAddress,
   EntityId,
   Message,
@@ -24,6 +23,7 @@ import { wakeTask } from "../../src/entities/wakeTasks.js"
 import { LateResults } from "../../src/persistence/LateResults.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
 import { ids, makeAttempt, makeTask } from "../support/fixtures.js"
+import { answerKeepAlive, isKeepAlive } from "../support/keepAlives.js"
 
 const POLL_EVERY = 2_000
 
@@ -34,10 +34,6 @@ const cluster = Sharding.layer.pipe(
   Layer.provide([RunnerStorage.layerMemory, RunnerHealth.layerNoop]),
   Layer.provide(ShardingConfig.layer({ simulateRemoteSerialization: false }))
 )
-
-/** The keep-alive an entity hands itself (inMemoryKeepAlive.ts), as Sharding.send sees it. */
-const isKeepAlive = (message: Message.Incoming<any>) =>
-  message._tag !== "IncomingEnvelope" && message.envelope.tag === Entity.KeepAliveRpc._tag
 
 /** The test task's shard. */
 const taskShard = (sharding: Sharding.Sharding["Type"]) => sharding.getShardId(EntityId.make(ids.task), "default")
@@ -67,9 +63,7 @@ const shardingWhereKeepAlives = (
  * EntityReaper then stops such an entity TASK_ENTITY_IDLE_TIME (5 s) after its last message, whatever its lifecycle
  * is doing.
  */
-const shardingWithoutKeepAlives = shardingWhereKeepAlives((message) =>
-  (message as unknown as Message.OutgoingRequest<any>).respond(undefined as never)
-)
+const shardingWithoutKeepAlives = shardingWhereKeepAlives(answerKeepAlive)
 
 /**
  * The task's shard leaves just as its lifecycle starts: its keep-alive is refused (EntityNotAssignedToRunner, as
