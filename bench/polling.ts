@@ -292,7 +292,11 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       console.log("warming up 20 s ...")
       await sleep(20_000)
       const windowStart = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
+      // each bucket is divided by the time it really spanned, and they follow one another on a fixed 5 s grid: the
+      // bookkeeping between two (the scrapes, the lateness query) neither stretches a bucket nor drifts the next one
+      const t0 = performance.now()
       const q0 = sim.stats.queries
+      const g0 = await gauge(ports, "quota_grants_total")
       const u0 = sum(usages().map((u) => u.cpuSeconds))
       const lateness: Array<number> = []
       const buckets: Array<number> = []
@@ -300,10 +304,14 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       const parked: Array<number> = []
       let prev = windowStart
       let lastQueries = q0
-      for (let elapsed = 0; elapsed < WINDOW_S; elapsed += 5) {
-        await sleep(5000)
-        buckets.push((sim.stats.queries - lastQueries) / 5)
-        lastQueries = sim.stats.queries
+      let lastAt = t0
+      for (let i = 1; i * 5 <= WINDOW_S; i++) {
+        await sleep(Math.max(0, t0 + i * 5000 - performance.now()))
+        const at = performance.now()
+        const queries = sim.stats.queries
+        buckets.push((queries - lastQueries) / ((at - lastAt) / 1000))
+        lastQueries = queries
+        lastAt = at
         entities.push(await gauge(ports, "effect_cluster_entities"))
         parked.push(await gauge(ports, "tasks_parked"))
         const now = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
@@ -314,18 +322,20 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         for (const r of rows.rows) lateness.push(Number(r.l))
         prev = now
       }
+      const windowS = (lastAt - t0) / 1000
+      const rate = (lastQueries - q0) / windowS
+      const granted = ((await gauge(ports, "quota_grants_total")) - g0) / ((performance.now() - t0) / 1000)
       const u1 = sum(usages().map((u) => u.cpuSeconds))
+      const cpu = ((u1 - u0) / ((performance.now() - t0) / 1000)) * 100
       const rss1 = max(usages().map((u) => u.rssKiB))
       const heaps = await liveHeaps(pids)
       const heapKiB = max(heaps)
-      const rate = (sim.stats.queries - q0) / WINDOW_S
       const starved = await db.query(
         `SELECT count(*) FILTER (WHERE last_polled_at IS NULL OR last_polled_at < $1)::int AS never,
                 max(extract(epoch FROM now() - last_polled_at))::float AS oldest_s
          FROM task_attempts WHERE submit_state IN ('SUBMITTED', 'RUNNING')`,
         [windowStart]
       )
-      const cpu = ((u1 - u0) / WINDOW_S) * 100
       const within = buckets.filter((r) => Math.abs(r - QPS) <= QPS * 0.05).length
       console.log(
         `\n== bench:polling, idle entities ${mode}: ${TASKS} tasks in flight on ${PROCESSES} runner process(es), ` +
@@ -345,6 +355,10 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
           `${within} of ${buckets.length} 5 s buckets within ±5% (${(QPS * 0.95).toFixed(0)}–${
             (QPS * 1.05).toFixed(0)
           }/s): ${buckets.map((r) => r.toFixed(0)).join(" ")}`
+      )
+      console.log(
+        `quota slots granted: ${granted.toFixed(1)}/s = ${((granted / QPS) * 100).toFixed(1)}% of the quota; ` +
+          `queries sent per slot granted: ${(rate / granted).toFixed(3)}`
       )
       console.log(
         `poll lateness vs next_poll_at (${lateness.length} polls): p50 ${
