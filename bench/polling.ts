@@ -198,6 +198,13 @@ const inFlight = async (db: pg.Client) =>
       .count
   )
 
+/** Transactions committed in the bench's database so far (every statement outside a transaction is one). */
+const transactions = async (db: pg.Client) =>
+  Number(
+    (await db.query(`SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
+      .xact_commit
+  )
+
 /** Seeded tasks the runner has not taken up yet: never polled, and their poll still overdue by minutes. */
 const untouched = async (db: pg.Client) =>
   Number(
@@ -297,6 +304,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       const t0 = performance.now()
       const q0 = sim.stats.queries
       const g0 = await gauge(ports, "quota_grants_total")
+      const x0 = await transactions(db)
       const u0 = sum(usages().map((u) => u.cpuSeconds))
       const lateness: Array<number> = []
       const buckets: Array<number> = []
@@ -325,6 +333,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       const windowS = (lastAt - t0) / 1000
       const rate = (lastQueries - q0) / windowS
       const granted = ((await gauge(ports, "quota_grants_total")) - g0) / ((performance.now() - t0) / 1000)
+      const xacts = (await transactions(db)) - x0
       const u1 = sum(usages().map((u) => u.cpuSeconds))
       const cpu = ((u1 - u0) / ((performance.now() - t0) / 1000)) * 100
       const rss1 = max(usages().map((u) => u.rssKiB))
@@ -359,6 +368,10 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       console.log(
         `quota slots granted: ${granted.toFixed(1)}/s = ${((granted / QPS) * 100).toFixed(1)}% of the quota; ` +
           `queries sent per slot granted: ${(rate / granted).toFixed(3)}`
+      )
+      console.log(
+        `PostgreSQL transactions in the window: ${(xacts / (lastQueries - q0)).toFixed(2)} per query sent ` +
+          `(the whole database: the runner's statements, its cluster's, and this bench's few)`
       )
       console.log(
         `poll lateness vs next_poll_at (${lateness.length} polls): p50 ${

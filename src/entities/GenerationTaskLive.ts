@@ -4,7 +4,7 @@ import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
 import { LateResults } from "../persistence/LateResults.js"
-import { TaskStore } from "../persistence/TaskStore.js"
+import { type LoadedTask, TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
@@ -15,6 +15,7 @@ import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { makeInMemoryKeepAlive } from "./inMemoryKeepAlive.js"
 import { countObservation, countUnknownSubmitBound, recordLateResult } from "./observationMetrics.js"
 import { plainWakesSkipped } from "./ParkedTasks.js"
+import { scheduleMemoOf } from "./poller.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { LifecycleSettings, TaskLifecycle } from "./TaskLifecycle.js"
 
@@ -43,12 +44,13 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
         const decisions = yield* Effect.makeSemaphore(1)
         const changed = makeChangeSignal()
         // Memory is a cache of PostgreSQL: filled at start, replaced by what each commit wrote, dropped on CAS loss.
-        const cache = yield* Ref.make(yield* store.load(taskId).pipe(Effect.orElseSucceed(() => Option.none())))
+        const loaded = yield* store.load(taskId).pipe(Effect.orElseSucceed(() => Option.none<LoadedTask>()))
+        const cache = yield* Ref.make(Option.map(loaded, stateOf))
 
         const current = Effect.gen(function*() {
           const cached = yield* Ref.get(cache)
           if (Option.isSome(cached)) return cached.value
-          const loaded = yield* store.load(taskId)
+          const loaded = Option.map(yield* store.load(taskId), stateOf)
           yield* Ref.set(cache, loaded)
           return yield* Option.match(loaded, {
             onNone: () => Effect.fail(new TaskNotFound({ taskId })),
@@ -133,7 +135,10 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
           apply,
           observe,
           waitForChange: changed.wait,
-          scheduleMemo: null,
+          // the schedule read with the task: a build for a poll (a parked task's wake) claims its lease at once
+          scheduleMemo: Option.isSome(loaded) && loaded.value.attempt !== null && loaded.value.schedule !== null
+            ? scheduleMemoOf(loaded.value.attempt.id, loaded.value.schedule, yield* Clock.currentTimeMillis)
+            : null,
           failed: () => ++failures,
           failures: () => failures,
           succeeded: () => {
@@ -296,6 +301,9 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
       { maxIdleTime: entityIdleTime }
     )
 ))
+
+/** The state in a load, without the poll schedule read with it (stale after the next poll: never cached). */
+const stateOf = ({ attempt, task }: LoadedTask): TaskState => ({ task, attempt })
 
 const isActive = (status: TaskStatus) => !isTerminal(status) && status !== "manual_review"
 

@@ -4,7 +4,7 @@ import { firstPoll, nextPollAfterFailure, nextPollAfterSuccess, type PollPolicy 
 import type { TaskState } from "../domain/taskState.js"
 import { providerPolls } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
-import type { AttemptSchedule, PollLease } from "../persistence/AttemptSchedule.js"
+import type { AttemptSchedule, PollLease, PollSchedule } from "../persistence/AttemptSchedule.js"
 import { isProviderFault, type ProviderCallFailed } from "../providers/errors.js"
 import type { ProviderReport } from "../providers/ProviderAdapter.js"
 import { sha256hex } from "../providers/ProviderAdapter.js"
@@ -59,6 +59,21 @@ export interface PollerDeps {
   }
 }
 
+/**
+ * What a poll knows of its schedule without reading it again (TaskHandle.scheduleMemo), from a read of it at `now`:
+ * AttemptSchedule.get's, or the one a task's load made with its state (an entity built to poll then reads nothing
+ * more before its claim). Null when that read leaves the poll something to do first: no poll scheduled yet, or
+ * another holder's lease to wait out.
+ */
+export const scheduleMemoOf = (
+  attemptId: AttemptId,
+  schedule: PollSchedule,
+  now: number
+): TaskHandle["scheduleMemo"] =>
+  schedule.nextPollAt === null || (schedule.pollLeaseUntil !== null && schedule.pollLeaseUntil.getTime() > now)
+    ? null
+    : { attemptId, nextPollAt: schedule.nextPollAt.getTime(), failures: schedule.pollFailures }
+
 /** A poll's answer to the lifecycle: due, but its quota slot is further than TASK_IDLE_QUOTA_WAIT (go idle). */
 export const QUOTA_DEFERRED = -1
 
@@ -110,14 +125,14 @@ export const makePoller = ({ breaker, clients, config, quota, schedule }: Poller
       if (memo === null) {
         const sched = yield* schedule.get(attempt.id)
         if (Option.isNone(sched)) return 1000
-        const { nextPollAt, pollFailures, pollLeaseUntil } = sched.value
-        if (nextPollAt === null) {
+        memo = scheduleMemoOf(attempt.id, sched.value, now)
+        if (memo === null) {
+          const { nextPollAt, pollLeaseUntil } = sched.value
+          if (nextPollAt !== null) return pollLeaseUntil!.getTime() - now + 100
           const first = firstPoll(policy)
           yield* schedule.schedule(attempt.id, first)
           return first
         }
-        if (pollLeaseUntil !== null && pollLeaseUntil.getTime() > now) return pollLeaseUntil.getTime() - now + 100
-        memo = { attemptId: attempt.id, nextPollAt: nextPollAt.getTime(), failures: pollFailures }
         h.scheduleMemo = memo
       }
       if (memo.nextPollAt > now) return memo.nextPollAt - now

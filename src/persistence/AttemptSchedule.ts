@@ -12,6 +12,22 @@ export interface PollSchedule {
   readonly cancelSentAt: Date | null
 }
 
+/** The columns of a task_attempts row that hold its poll schedule. */
+export interface ScheduleRow {
+  readonly next_poll_at: Date | null
+  readonly poll_failures: number
+  readonly poll_lease_until: Date | null
+  readonly cancel_sent_at: Date | null
+}
+
+/** The poll schedule in a task_attempts row (AttemptSchedule.get's, or the whole row a task's load reads). */
+export const scheduleFromRow = (r: ScheduleRow): PollSchedule => ({
+  nextPollAt: r.next_poll_at,
+  pollFailures: r.poll_failures,
+  pollLeaseUntil: r.poll_lease_until,
+  cancelSentAt: r.cancel_sent_at
+})
+
 /** A held poll lease: the token the holder must show to finish the poll. */
 export interface PollLease {
   readonly token: string
@@ -29,19 +45,9 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
     const sql = yield* SqlClient.SqlClient
 
     const get = Effect.fn("AttemptSchedule.get")(function*(attemptId: AttemptId) {
-      const rows = yield* sql<{
-        next_poll_at: Date | null
-        poll_failures: number
-        poll_lease_until: Date | null
-        cancel_sent_at: Date | null
-      }>`SELECT next_poll_at, poll_failures, poll_lease_until, cancel_sent_at FROM task_attempts WHERE id = ${attemptId}`
-      const r = rows[0]
-      return r === undefined ? Option.none<PollSchedule>() : Option.some<PollSchedule>({
-        nextPollAt: r.next_poll_at,
-        pollFailures: r.poll_failures,
-        pollLeaseUntil: r.poll_lease_until,
-        cancelSentAt: r.cancel_sent_at
-      })
+      const rows = yield* sql<ScheduleRow>`
+        SELECT next_poll_at, poll_failures, poll_lease_until, cancel_sent_at FROM task_attempts WHERE id = ${attemptId}`
+      return Option.map(Option.fromNullable(rows[0]), scheduleFromRow)
     }, Effect.catchTag("SqlError", unavailable))
 
     /** Takes the attempt's poll lease if the poll is due and nobody holds it; records how late the poll is. */

@@ -11,12 +11,22 @@ import { type StorageUnavailable, WriteFenced } from "../schema/errors.js"
 import { type AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
+import { type PollSchedule, scheduleFromRow, type ScheduleRow } from "./AttemptSchedule.js"
 import { makeGroupCommit } from "./GroupCommit.js"
 import { storageUnavailable } from "./storageUnavailable.js"
 import { logStatusChange } from "./transitionLog.js"
 import { WriteFence } from "./WriteFence.js"
 
 const unavailable = storageUnavailable("task store")
+
+/**
+ * A task as its load read it: its state, and its current attempt's poll schedule at that moment (the same row), which
+ * an entity built for a poll uses instead of reading it again (poller.ts). Not part of the state: it changes with
+ * every poll, without a version.
+ */
+export interface LoadedTask extends TaskState {
+  readonly schedule: PollSchedule | null
+}
 
 /** The result of one commit attempt: applied, or lost the version CAS (reload and re-evaluate). */
 export type CommitResult =
@@ -133,17 +143,21 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
           const attemptRows = attemptIds.length === 0
             ? []
             : yield* sql<Record<string, any>>`SELECT * FROM task_attempts WHERE id IN ${sql.in(attemptIds)}`
-          const attempts = new Map(attemptRows.map((row) => [String(row.id), attemptFromRow(row)] as const))
+          const attempts = new Map(attemptRows.map((row) => [String(row.id), row] as const))
           return canonical.map((id) => {
             const task = id === undefined ? undefined : tasks.get(id)
-            if (task === undefined) return Option.none<TaskState>()
-            const attempt = task.currentAttemptId === null ? null : attempts.get(task.currentAttemptId) ?? null
-            return Option.some<TaskState>({ task, attempt })
+            if (task === undefined) return Option.none<LoadedTask>()
+            const row = task.currentAttemptId === null ? undefined : attempts.get(task.currentAttemptId)
+            return Option.some<LoadedTask>(
+              row === undefined
+                ? { task, attempt: null, schedule: null }
+                : { task, attempt: attemptFromRow(row), schedule: scheduleFromRow(row as ScheduleRow) }
+            )
           })
         })
     })
 
-    const load = (taskId: TaskId): Effect.Effect<Option.Option<TaskState>, StorageUnavailable> =>
+    const load = (taskId: TaskId): Effect.Effect<Option.Option<LoadedTask>, StorageUnavailable> =>
       loads(taskId).pipe(Effect.catchTag("SqlError", unavailable))
 
     const runBatch = (items: ReadonlyArray<CommitItem>) =>

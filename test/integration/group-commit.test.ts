@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Layer, Option } from "effect"
 import { makeChange } from "../../src/domain/transition.js"
+import { AttemptSchedule } from "../../src/persistence/AttemptSchedule.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
 import { layerStores } from "../../src/runners/Runner.js"
 import type { TaskId } from "../../src/schema/ids.js"
@@ -78,6 +79,32 @@ describe.skipIf(noDatabase)("group commit", () => {
         expect(Option.getOrThrow(loaded[6]!).task.id).toBe(tasks[0]!.taskId)
         expect(Option.isNone(loaded[7]!)).toBe(true)
         expect(Option.isNone(loaded[8]!)).toBe(true)
+      }))
+
+    it.effect("a task's load reads its attempt's poll schedule with it, as AttemptSchedule's own read does", () =>
+      Effect.gen(function*() {
+        const store = yield* TaskStore
+        const sql = yield* SqlClient.SqlClient
+        const [polled, fresh] = yield* Effect.forEach([1, 2], () => admitTask())
+        yield* sql`
+          UPDATE task_attempts SET next_poll_at = '2026-01-02T03:04:05.678Z', poll_failures = 3
+          WHERE id = ${polled!.attemptId}`
+        const [a, b] = yield* Effect.forEach([polled!, fresh!], (t) => store.load(t.taskId), { concurrency: 2 })
+        expect(Option.getOrThrow(a!).schedule).toEqual({
+          nextPollAt: new Date("2026-01-02T03:04:05.678Z"),
+          pollFailures: 3,
+          pollLeaseUntil: null,
+          cancelSentAt: null
+        })
+        const expected = Option.getOrThrow(
+          yield* Effect.provide(
+            Effect.flatMap(AttemptSchedule, (s) => s.get(polled!.attemptId)),
+            AttemptSchedule.Default
+          )
+        )
+        expect(Option.getOrThrow(a!).schedule).toEqual(expected)
+        // an attempt not scheduled yet: the poll schedules its first one (scheduleMemoOf gives no memo)
+        expect(Option.getOrThrow(b!).schedule?.nextPollAt).toBeNull()
       }))
   })
 })

@@ -2,11 +2,11 @@ import { describe, expect, it } from "@effect/vitest"
 import { Clock, Duration, Effect, Fiber, Option, TestClock } from "effect"
 import type { TaskState } from "../../src/domain/taskState.js"
 import type { CommandResult } from "../../src/entities/GenerationTask.js"
-import { makePoller, type PollerDeps } from "../../src/entities/poller.js"
+import { makePoller, type PollerDeps, scheduleMemoOf } from "../../src/entities/poller.js"
 import type { TaskHandle } from "../../src/entities/taskHandle.js"
 import type { PollLease } from "../../src/persistence/AttemptSchedule.js"
 import type { ProviderReport } from "../../src/providers/ProviderAdapter.js"
-import type { TaskId } from "../../src/schema/ids.js"
+import type { AttemptId, TaskId } from "../../src/schema/ids.js"
 
 const report: ProviderReport = {
   providerTaskId: "job-1",
@@ -26,17 +26,20 @@ const report: ProviderReport = {
  * One attempt's schedule as PostgreSQL keeps it, on the test clock: `finish` writes next_poll_at as the time it runs
  * plus the delay (its statement's now()), and `claim` takes the lease only when that time has come.
  */
-const start = (observeMs: number) =>
+const start = (observeMs: number, memo: TaskHandle["scheduleMemo"] = null) =>
   Effect.gen(function*() {
     let nextPollAt = 0
-    const counts = { grants: 0, claims: 0, lost: 0, queries: 0 }
+    const counts = { gets: 0, grants: 0, claims: 0, lost: 0, queries: 0 }
     const deps = {
       // a query is counted when it is sent, right after its slot was granted: a poll whose commit is still in flight
       // when the loop is stopped counted a slot and no query (22 against 21, now and then)
       clients: { get: () => Option.some({ query: () => Effect.sync(() => (counts.queries++, report)) }) },
       schedule: {
         get: () =>
-          Effect.succeed(Option.some({ nextPollAt: new Date(nextPollAt), pollFailures: 0, pollLeaseUntil: null })),
+          Effect.sync(
+            () => (counts.gets++,
+              Option.some({ nextPollAt: new Date(nextPollAt), pollFailures: 0, pollLeaseUntil: null }))
+          ),
         claim: () =>
           Effect.map(Clock.currentTimeMillis, (now) => {
             counts.claims++
@@ -81,7 +84,7 @@ const start = (observeMs: number) =>
         Effect.sleep(Duration.millis(observeMs)).pipe(
           Effect.as({ outcome: "changed", reason: null, task: state.task } as unknown as CommandResult)
         ),
-      scheduleMemo: null,
+      scheduleMemo: memo,
       granted: false,
       traceId: "trace"
     } as unknown as TaskHandle
@@ -104,4 +107,34 @@ describe("the poller's schedule on the test clock", () => {
       expect(counts.lost).toBe(0)
       expect(counts.grants).toBe(counts.queries)
     }))
+
+  it.effect("a poll that starts with the schedule read with its task (an entity's build) reads it no more", () =>
+    Effect.gen(function*() {
+      const read = { nextPollAt: new Date(0), pollFailures: 0, pollLeaseUntil: null, cancelSentAt: null }
+      const { counts, stop } = yield* start(0, scheduleMemoOf("a1" as AttemptId, read, 0))
+      yield* TestClock.adjust(Duration.millis(1))
+      yield* stop
+      expect(counts.queries).toBe(1)
+      // before: a task woken for its poll read its schedule a second time, right after its load had read the row
+      expect(counts.gets).toBe(0)
+      expect(counts.claims).toBe(1)
+    }))
+
+  it("a read of the schedule that leaves the poll something to do first gives no memo", () => {
+    const at = (ms: number | null) => ms === null ? null : new Date(ms)
+    const read = (nextPollAt: number | null, pollLeaseUntil: number | null) => ({
+      nextPollAt: at(nextPollAt),
+      pollFailures: 2,
+      pollLeaseUntil: at(pollLeaseUntil),
+      cancelSentAt: null
+    })
+    const a1 = "a1" as AttemptId
+    // no poll scheduled yet: the poll schedules its first one
+    expect(scheduleMemoOf(a1, read(null, null), 1000)).toBeNull()
+    // another holder's lease: the poll waits it out
+    expect(scheduleMemoOf(a1, read(500, 2000), 1000)).toBeNull()
+    // a lease that lapsed, or none: the memo, with the failures that set the next backoff
+    expect(scheduleMemoOf(a1, read(500, 900), 1000)).toEqual({ attemptId: a1, nextPollAt: 500, failures: 2 })
+    expect(scheduleMemoOf(a1, read(5000, null), 1000)).toEqual({ attemptId: a1, nextPollAt: 5000, failures: 2 })
+  })
 })

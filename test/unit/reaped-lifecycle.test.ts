@@ -20,6 +20,7 @@ import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { TaskLifecycle } from "../../src/entities/TaskLifecycle.js"
 import { wakeTask } from "../../src/entities/wakeTasks.js"
+import type { PollSchedule } from "../../src/persistence/AttemptSchedule.js"
 import { LateResults } from "../../src/persistence/LateResults.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
 import { ids, makeAttempt, makeTask } from "../support/fixtures.js"
@@ -90,6 +91,8 @@ const setup = (
     readonly loadMs?: number
     readonly keepAlives?: boolean | "refused" | "dying"
     readonly finished?: boolean
+    /** the attempt's poll schedule as the task's load reads it (none by default) */
+    readonly schedule?: PollSchedule
   } = {}
 ) =>
   Effect.gen(function*() {
@@ -99,7 +102,9 @@ const setup = (
       task: options.finished === true
         ? makeTask({ status: "ready", stage: "done", progress: 100 })
         : makeTask({ status: "running", stage: "generating" }),
-      attempt: makeAttempt({ submitState: "RUNNING" })
+      attempt: makeAttempt({ submitState: "RUNNING" }),
+      // the poll schedule as a load reads it: none yet unless given (the drive below keeps its own)
+      schedule: options.schedule ?? null
     }
     const store = Layer.succeed(
       TaskStore,
@@ -182,6 +187,19 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       expect(polls.length).toBeGreaterThanOrEqual(18)
       expect(Math.max(...gaps)).toBeLessThanOrEqual(POLL_EVERY + 200)
       expect(builds()).toBeGreaterThanOrEqual(3)
+    }))
+
+  it.scoped("an entity built with its poll schedule (the task's load reads it) polls when it says, not at once", () =>
+    Effect.gen(function*() {
+      const { polls, start } = yield* setup({
+        keepAlives: true,
+        schedule: { nextPollAt: new Date(3_000), pollFailures: 0, pollLeaseUntil: null, cancelSentAt: null }
+      })
+      yield* Effect.fork(start)
+      yield* advance(2_000)
+      expect(polls).toEqual([])
+      yield* advance(2_000)
+      expect(polls[0]).toBeGreaterThanOrEqual(3_000)
     }))
 
   it.scoped("its keep-alive, in memory, reaches it at once: it is not stopped while its lifecycle runs", () =>
