@@ -330,12 +330,14 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         for (const r of rows.rows) lateness.push(Number(r.l))
         prev = now
       }
-      const windowS = (lastAt - t0) / 1000
-      const rate = (lastQueries - q0) / windowS
-      const granted = ((await gauge(ports, "quota_grants_total")) - g0) / ((performance.now() - t0) / 1000)
+      const rate = (lastQueries - q0) / ((lastAt - t0) / 1000)
+      const g1 = await gauge(ports, "quota_grants_total")
       const xacts = (await transactions(db)) - x0
       const u1 = sum(usages().map((u) => u.cpuSeconds))
-      const cpu = ((u1 - u0) / ((performance.now() - t0) / 1000)) * 100
+      // the grants and the CPU were read a moment after the last bucket: over their own span
+      const spanS = (performance.now() - t0) / 1000
+      const granted = (g1 - g0) / spanS
+      const cpu = ((u1 - u0) / spanS) * 100
       const rss1 = max(usages().map((u) => u.rssKiB))
       const heaps = await liveHeaps(pids)
       const heapKiB = max(heaps)

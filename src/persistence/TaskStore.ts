@@ -143,16 +143,17 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
           const attemptRows = attemptIds.length === 0
             ? []
             : yield* sql<Record<string, any>>`SELECT * FROM task_attempts WHERE id IN ${sql.in(attemptIds)}`
-          const attempts = new Map(attemptRows.map((row) => [String(row.id), row] as const))
+          // each row decoded once, however many of the asked ids name its task
+          const attempts = new Map(
+            attemptRows.map((row) =>
+              [String(row.id), { attempt: attemptFromRow(row), schedule: scheduleFromRow(row as ScheduleRow) }] as const
+            )
+          )
           return canonical.map((id) => {
             const task = id === undefined ? undefined : tasks.get(id)
             if (task === undefined) return Option.none<LoadedTask>()
-            const row = task.currentAttemptId === null ? undefined : attempts.get(task.currentAttemptId)
-            return Option.some<LoadedTask>(
-              row === undefined
-                ? { task, attempt: null, schedule: null }
-                : { task, attempt: attemptFromRow(row), schedule: scheduleFromRow(row as ScheduleRow) }
-            )
+            const read = task.currentAttemptId === null ? undefined : attempts.get(task.currentAttemptId)
+            return Option.some<LoadedTask>({ task, attempt: read?.attempt ?? null, schedule: read?.schedule ?? null })
           })
         })
     })
