@@ -4,7 +4,8 @@
  *   - `ceiling`: the streams go to bench/sseCeiling.mjs, a bare node:http SSE server on one Redis subscriber (no auth,
  *     replay, limits or buffers), while one runner only propagates: what delivery costs with nothing of ours;
  *   - `1`: one runner (`npm start`'s program) serves the streams;
- *   - `2`: two runners on the same database; the client processes spread over their two ports.
+ *   - `2`: two runners on the same database; the client processes spread over their two ports, each project's
+ *     streams on one of them, as `npm run cluster`'s nginx routes them (src/cli/cluster/nginx.ts).
  * The path: commit → outbox relay → in-process queue → notification dispatcher → Redis → project feed → every SSE
  * client of the project (and, for whatever the bus did not bring within a tick, the feeds' tail of PostgreSQL). The
  * clients are raw TCP sockets in several plain Node child processes (bench/sseClients.mjs, each with its own
@@ -253,7 +254,7 @@ const scenario = async (kind: Kind): Promise<Summary> => {
   const prefix = `${PREFIX_BASE}${label}:`
   const servers = kind === "ceiling" ? "the ceiling server (bare node:http + one Redis subscriber)" : kind === 1
     ? "one gateway process"
-    : `${kind} gateway processes (runners on one database; the clients spread over their ports)`
+    : `${kind} gateway processes (runners on one database; a project's streams on one of their ports)`
   const SLOW = kind === "ceiling" ? 0 : SLOW_CLIENTS
   console.log(`\n== bench:sse: ${servers}, SSE via Redis Pub/Sub and the in-process queue ==`)
   delete process.env.ROCKETMQ_ENDPOINTS // the in-process queue
@@ -438,7 +439,15 @@ const scenario = async (kind: Kind): Promise<Summary> => {
     const openCpu0 = sum(cpuSeconds)
     const openStarted = performance.now()
     const targets = clients.map(() => [] as Array<number>)
-    for (let j = 0; j < M; j++) targets[j % CLIENTS]!.push(j % PROJECTS)
+    // client i opens its streams on ports[i % ports.length]; a project's streams all go to one port, as the cluster's
+    // nginx sends them (a hash of the project id), each to the next of that port's clients
+    const clientsOf = ports.map((_, k) => clients.flatMap((_, i) => i % ports.length === k ? [i] : []))
+    const turns = ports.map(() => 0)
+    for (let j = 0; j < M; j++) {
+      const project = j % PROJECTS
+      const k = project % ports.length
+      targets[clientsOf[k]![turns[k]++ % clientsOf[k]!.length]!]!.push(project)
+    }
     clients.forEach((c, i) =>
       c.child.send({
         type: "open",

@@ -92,6 +92,8 @@ describe("npm run cluster's plan", () => {
         "server 127.0.0.1:3003"
       ])
       expect(pool("gateway").match(/server 127\.0\.0\.1:\d+/g)).toEqual(["server 127.0.0.1:3001"])
+      // a project's streams to one gateway: the project id of the stream's path, hashed
+      expect(pool("gateway")).toContain("hash $stream_project consistent;")
       expect(conf).toContain("proxy_buffering off;")
     } finally {
       fs.rmSync(dir, { recursive: true, force: true })

@@ -54,18 +54,19 @@ const alive = (pid: number) => {
 }
 
 /**
- * `npm run cluster` as an operator runs it: two runner processes on one machine behind nginx, one with the edge roles
- * (a cluster client: no shards) and one with the worker roles, on a fresh database, Redis, and the provider simulator
- * the command starts. Everything goes through the one entry; then one SIGTERM to the command stops every process.
+ * `npm run cluster` as an operator runs it: three runner processes on one machine behind nginx, an edge one (the API,
+ * webhooks and a gateway: a cluster client, no shards), a second gateway, and one with the worker roles, on a fresh
+ * database, Redis, and the provider simulator the command starts. Everything goes through the one entry, a project's
+ * streams to one gateway; then one SIGTERM to the command stops every process.
  */
 describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
   it.live(
-    "serves a task through one entry from an edge process to a worker process, and stops on one signal",
+    "serves a task through one entry from an edge process to a worker process, keeps each project's streams on one gateway, and stops on one signal",
     () =>
       Effect.gen(function*() {
         const { url } = yield* makeTestDatabaseUrl
-        const [entry, edgeHttp, workerHttp] = yield* Effect.promise(() => consecutivePorts(3))
-        const [edgeRunner, workerRunner] = yield* Effect.promise(() => consecutivePorts(2))
+        const [entry, edgeHttp, gatewayHttp, workerHttp] = yield* Effect.promise(() => consecutivePorts(4))
+        const [edgeRunner, , workerRunner] = yield* Effect.promise(() => consecutivePorts(3))
         const simPort = yield* Effect.promise(allocatePort)
         const base = `http://127.0.0.1:${entry}`
         const cluster = spawnNpm([
@@ -74,9 +75,9 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
           "cluster",
           "--",
           "--processes",
-          "2",
+          "3",
           "--roles",
-          "api,webhooks,gateway;entities,singletons,dispatcher",
+          "api,webhooks,gateway;gateway;entities,singletons,dispatcher",
           "--port",
           String(entry),
           "--first-runner-port",
@@ -188,6 +189,28 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
           "30 seconds"
         )
         stream.close()
+
+        // a project's streams all reach one gateway (nginx hashes the project id), which then follows it alone;
+        // round-robin put two of four on each
+        const openStreams = (port: number) =>
+          Effect.promise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
+            Effect.map((text) => Number(/^streams_open\{[^}]*transport="sse"[^}]*\} (\S+)$/m.exec(text)?.[1] ?? 0))
+          )
+        const perGateway = Effect.all([openStreams(edgeHttp), openStreams(gatewayHttp)])
+        yield* until("the first stream closed", perGateway, ([a, b]) => a + b === 0, "30 seconds")
+        const second = yield* json<{ project_id: string }>("/v1/projects", { method: "POST" })
+        const opened: Array<{ readonly close: () => void }> = []
+        for (const [k, project] of [projectId, second.body.project_id].entries()) {
+          const streams = yield* Effect.forEach(
+            [1, 2, 3, 4],
+            () => openSse(`${base}/v1/projects/${project}/events`, headers)
+          )
+          opened.push(...streams)
+          expect(streams.map((s) => s.status)).toEqual([200, 200, 200, 200])
+          const counts = yield* until("the streams opened", perGateway, ([a, b]) => a + b === 4 * (k + 1), "30 seconds")
+          expect(counts.map((n) => n % 4), `streams per gateway: ${counts}`).toEqual([0, 0])
+        }
+        opened.forEach((s) => s.close())
         // the task's entity ran on the worker, never on the edge (a cluster client hosts none): observations applied
         const observations = (port: number) =>
           Effect.promise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
@@ -205,6 +228,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
             `nginx on 127.0.0.1:${entry}`,
             "process 1 started",
             "process 2 started",
+            "process 3 started",
             `provider simulator on 127.0.0.1:${simPort}`
           ]
             .sort()
