@@ -6,6 +6,7 @@ import type { TenantId, UserId } from "../../../src/schema/ids.js"
 import { operatorToken, shardCounts, until } from "../../support/admin.js"
 import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
 import { scaled, services } from "../../support/env.js"
+import { metricOn } from "../../support/metrics.js"
 import { killAll, probe, spawnNpm } from "../../support/npmStart.js"
 import { allocatePort } from "../../support/ports.js"
 import { withTimeout } from "../../support/processes.js"
@@ -192,11 +193,8 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
 
         // a project's streams all reach one gateway (nginx hashes the project id), which then follows it alone;
         // round-robin put two of four on each
-        const openStreams = (port: number) =>
-          Effect.promise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
-            Effect.map((text) => Number(/^streams_open\{[^}]*transport="sse"[^}]*\} (\S+)$/m.exec(text)?.[1] ?? 0))
-          )
-        const perGateway = Effect.all([openStreams(edgeHttp), openStreams(gatewayHttp)])
+        // no WebSocket is opened: every open stream is an SSE one
+        const perGateway = Effect.all([metricOn(edgeHttp, "streams_open"), metricOn(gatewayHttp, "streams_open")])
         yield* until("the first stream closed", perGateway, ([a, b]) => a + b === 0, "30 seconds")
         const second = yield* json<{ project_id: string }>("/v1/projects", { method: "POST" })
         const opened: Array<{ readonly close: () => void }> = []
@@ -212,12 +210,7 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
         }
         opened.forEach((s) => s.close())
         // the task's entity ran on the worker, never on the edge (a cluster client hosts none): observations applied
-        const observations = (port: number) =>
-          Effect.promise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
-            Effect.map((text) =>
-              [...text.matchAll(/^task_observations_total\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
-            )
-          )
+        const observations = (port: number) => metricOn(port, "task_observations_total")
         expect(yield* observations(workerHttp)).toBeGreaterThan(0)
         expect(yield* observations(edgeHttp)).toBe(0)
 

@@ -4,6 +4,7 @@ import { Duration, Effect } from "effect"
 import { admin, operatorToken, runnerPath, scopedRunner, shardCounts, until } from "../../support/admin.js"
 import { noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
+import { metricOn } from "../../support/metrics.js"
 import { waitForHttp } from "../../support/processes.js"
 import { DbUrl, layerRunwayFixture, runwayRunnerEnv, tempFolder, twoRunnerPorts } from "../../support/runwayRunners.js"
 import { Sim } from "../../support/simulator.js"
@@ -36,10 +37,7 @@ const lastPolls = Effect.flatMap(
 ).pipe(Effect.orDie)
 
 /** tasks_parked from a runner's /metrics: its tasks idle between polls. */
-const parkedOn = (port: number) =>
-  Effect.tryPromise(() => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text())).pipe(
-    Effect.map((text) => Number(/^tasks_parked(?:\{[^}]*\})? (\S+)$/m.exec(text)?.[1] ?? "0"))
-  )
+const parkedOn = (port: number) => metricOn(port, "tasks_parked")
 
 describe.skipIf(noDatabase)("a shard handoff with idle tasks", () => {
   layer(TestLayer, { timeout: scaled(180_000), excludeTestServices: true })((it) => {

@@ -3,6 +3,7 @@ import { Duration, Effect } from "effect"
 import { operatorToken, scopedRunner, shardCounts, until } from "../../support/admin.js"
 import { noDatabase } from "../../support/database.js"
 import { scaled, scaledDuration } from "../../support/env.js"
+import { metricOn } from "../../support/metrics.js"
 import { waitForHttp, withTimeout } from "../../support/processes.js"
 import { DbUrl, layerRunwayFixture, runwayRunnerEnv, tempFolder, twoRunnerPorts } from "../../support/runwayRunners.js"
 
@@ -29,12 +30,7 @@ const runner = (databaseUrl: string, httpPort: number, runnerPort: number) =>
     REFRESH_ASSIGNMENTS_INTERVAL: "10 minutes"
   })
 
-const wakes = (port: number) =>
-  Effect.promise(async () => {
-    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
-    const line = text.split("\n").find((l) => l.startsWith("cluster_runner_list_wakes_total"))
-    return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(" ") + 1))
-  })
+const wakes = (port: number) => metricOn(port, "cluster_runner_list_wakes_total")
 
 describe.skipIf(noDatabase)("a runner joining or leaving", () => {
   layer(layerRunwayFixture(simPort), { timeout: scaled(120_000), excludeTestServices: true })((it) => {
