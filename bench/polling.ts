@@ -33,6 +33,7 @@ import { devSecret } from "../src/providers/devSecrets.js"
 import { simulatorOutputHosts } from "../src/simulator/embedded.js"
 import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
 import {
+  cpuSeconds,
   freePort,
   gauge,
   healthLine,
@@ -77,9 +78,7 @@ const mib = (kib: number) => (kib / 1024).toFixed(0)
 /** The runner's resident memory (KiB) and CPU time (seconds) from /proc. */
 const usage = (pid: number) => {
   const rss = Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1])
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
-  const ticks = Number(stat[11]) + Number(stat[12])
-  return { rssKiB: rss, cpuSeconds: ticks / 100 }
+  return { rssKiB: rss, cpuSeconds: cpuSeconds(pid) }
 }
 
 /** A folder: the runner writes a heap snapshot there at each live-heap reading (bench/heapSummary.mjs reads them). */

@@ -27,7 +27,15 @@ import { Redis } from "ioredis"
 import { type ChildProcess, execFileSync } from "node:child_process"
 import pg from "pg"
 import { Producer, SimpleConsumer } from "rocketmq-client-nodejs"
-import { healthLine, percentile, type RunnerHealth, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import {
+  cpuSeconds,
+  healthLine,
+  percentile,
+  type RunnerHealth,
+  sleep,
+  startRunnerProcess,
+  stopProcess
+} from "./support.js"
 
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const endpoints = process.env.ROCKETMQ_ENDPOINTS ?? "127.0.0.1:8081"
@@ -230,25 +238,39 @@ const ceilingLatency = async (rate: number, seconds: number) => {
   )
 }
 
-/** The runner's queue_consume_lag_seconds buckets (le → cumulative count), summed over its consumer groups. */
-const consumeLagBuckets = async (httpPort: number) => {
+/**
+ * The dispatcher's queue_consume_lag_seconds buckets (le → cumulative count) and its receives (calls, messages: from
+ * queue_receive_batch_size), each summed over its consumer groups.
+ */
+const dispatcherScrape = async (httpPort: number) => {
   const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
   const buckets = new Map<string, number>()
+  let receives = 0
+  let received = 0
+  const value = (line: string) => Number(line.slice(line.lastIndexOf(" ") + 1))
   for (const line of text.split("\n")) {
+    if (line.startsWith("queue_receive_batch_size_count{")) receives += value(line)
+    if (line.startsWith("queue_receive_batch_size_sum{")) received += value(line)
     if (!line.startsWith("queue_consume_lag_seconds_bucket{")) continue
     const le = /le="([^"]+)"/.exec(line)?.[1]
-    if (le !== undefined) buckets.set(le, (buckets.get(le) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)))
+    if (le !== undefined) buckets.set(le, (buckets.get(le) ?? 0) + value(line))
   }
-  return buckets
+  return { buckets, receives, received }
 }
+type DispatcherScrape = Awaited<ReturnType<typeof dispatcherScrape>>
 
-/** "send → dispatcher receive: ≤10 ms 40%, ≤50 ms 90%, …" for the deliveries between two scrapes. */
-const consumeLagLine = (before: Map<string, number>, after: Map<string, number>) => {
-  const delta = (le: string) => (after.get(le) ?? 0) - (before.get(le) ?? 0)
+/**
+ * "send → dispatcher receive: ≤10 ms 40%, ≤50 ms 90%, …" for the deliveries between two scrapes, and how many
+ * messages a receive brought (each receive is a round trip to the broker, an ack and a Redis pipeline).
+ */
+const consumeLagLine = (before: DispatcherScrape, after: DispatcherScrape) => {
+  const delta = (le: string) => (after.buckets.get(le) ?? 0) - (before.buckets.get(le) ?? 0)
   const all = delta("+Inf")
+  const receives = after.receives - before.receives
   return `  relay send → dispatcher receive (runner's queue_consume_lag_seconds, ${all} deliveries): ` +
     ["0.01", "0.05", "0.1", "0.25"].map((le) => `≤${Number(le) * 1000} ms ${(100 * delta(le) / all).toFixed(1)}%`)
-      .join(", ")
+      .join(", ") +
+    `; ${((after.received - before.received) / Math.max(1, receives)).toFixed(1)} messages per receive`
 }
 
 const startRunner = (databaseUrl: string, runner: typeof RUNNERS[number]) =>
@@ -378,22 +400,26 @@ const main = async () => {
     for (const rate of PHASES.includes("latency") ? [1000, 500] : []) {
       if (rate === 1000) await ceilingLatency(rate, SECONDS)
       await sleep(5000)
-      const lagBefore = await consumeLagBuckets(httpPort)
+      const lagBefore = await dispatcherScrape(httpPort)
+      const cpuBefore = runners.map((r) => cpuSeconds(r.child.pid!))
       const latencyStart = seq
       const sent2 = await drive(db, rate, SECONDS, committedAt)
       const deadline2 = performance.now() + 90_000
       while (performance.now() < deadline2 && [...received.keys()].filter((s) => s > latencyStart).length < sent2) {
         await sleep(200)
       }
+      const cpu = runners.map((r, i) => cpuSeconds(r.child.pid!) - cpuBefore[i]!)
       const latencies = [...received.entries()].filter(([s]) => s > latencyStart).map(([s, at]) =>
         at - committedAt.get(s)!
       )
       console.log(
         `at ${rate} events/s for ${SECONDS} s: ${latencies.length}/${sent2} delivered; commit → Redis delivery ` +
           `p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms, ` +
-          `max ${Math.max(...latencies).toFixed(0)} ms`
+          `max ${Math.max(...latencies).toFixed(0)} ms; runner CPU ${
+            cpu.map((c) => `${(1000 * c / sent2).toFixed(2)} ms`).join(" + ")
+          } per event`
       )
-      console.log(consumeLagLine(lagBefore, await consumeLagBuckets(httpPort)))
+      console.log(consumeLagLine(lagBefore, await dispatcherScrape(httpPort)))
     }
     console.log(healthLine(runners.map((r) => r.health.stop())))
   } finally {

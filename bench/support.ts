@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
 import * as net from "node:net"
 import { buildDist, RUNNER_PROGRAM } from "../scripts/build.mjs"
 
@@ -21,6 +22,12 @@ export const percentile = (xs: ReadonlyArray<number>, p: number) => {
 }
 
 /** The library's line when a runner cannot renew its shard locks: it then gives up its shards (a self-inflicted failover). */
+/** A process's CPU time so far (user + system, seconds), from /proc. */
+export const cpuSeconds = (pid: number) => {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100 // clock ticks, 100 a second
+}
+
 export const SHARD_LOCK_LOSS = "Shard lock storage is unhealthy"
 
 /** A metric summed over its series and over the runners on `httpPorts` (their GET /metrics). */

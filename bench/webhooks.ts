@@ -16,10 +16,9 @@
  *   BENCH_NODE_ARGS (node flags for the runners, e.g. --cpu-prof)  DATABASE_URL (admin URL; a fresh database)
  */
 import { type ChildProcess, fork } from "node:child_process"
-import * as fs from "node:fs"
 import pg from "pg"
 import { bundle } from "../scripts/runBuilt.mjs"
-import { freePort, healthLine, percentile, startRunnerProcess, stopProcess } from "./support.js"
+import { cpuSeconds, freePort, healthLine, percentile, startRunnerProcess, stopProcess } from "./support.js"
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -34,10 +33,6 @@ const SECRET = "whsec_" + Buffer.from("bench-openai-secret-0123456789ab").toStri
 let ceiling: Promise<string> | undefined
 const ceilingProgram = () => ceiling ??= bundle("bench/webhookCeiling.ts")
 
-const cpuTicks = (pid: number) => {
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
-  return Number(fields[11]) + Number(fields[12]) // utime + stime, in clock ticks (100/s)
-}
 /** The runner's inbox group commits so far (its /metrics): statements and the callbacks they carried. */
 const inboxBatches = async (port: number) => {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
@@ -129,15 +124,15 @@ const main = async () => {
       const idleRunner = runners.find((r) =>
         !servers.some((s) => s.port === r.httpPort) && runners[0]!.httpPort === servers[0]!.port
       )
-      const idle0 = idleRunner === undefined ? 0 : cpuTicks(idleRunner.child.pid!)
+      const idle0 = idleRunner === undefined ? 0 : cpuSeconds(idleRunner.child.pid!)
       const pids = [...servers.map((s) => s.pid), load.pid!]
       const isRunner = runners.some((r) => r.httpPort === servers[0]!.port)
       const batches = () => isRunner ? Promise.all(servers.map((s) => inboxBatches(s.port))) : Promise.resolve([])
       const batches0 = await batches()
-      const before = pids.map(cpuTicks)
+      const before = pids.map(cpuSeconds)
       const r = await run({ mode, ports: servers.map((s) => s.port), seconds: SECONDS })
-      const used = pids.map((pid, i) => (cpuTicks(pid) - before[i]!) / 100)
-      const idleCpu = idleRunner === undefined ? undefined : (cpuTicks(idleRunner.child.pid!) - idle0) / 100 / r.elapsed
+      const used = pids.map((pid, i) => cpuSeconds(pid) - before[i]!)
+      const idleCpu = idleRunner === undefined ? undefined : (cpuSeconds(idleRunner.child.pid!) - idle0) / r.elapsed
       const batches1 = await batches()
       const sum = (bs: ReadonlyArray<{ statements: number; rows: number }>, k: "statements" | "rows") =>
         bs.reduce((n, b) => n + b[k], 0)

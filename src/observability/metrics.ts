@@ -158,6 +158,12 @@ export const queueConsumeLagSeconds = Metric.histogram(
   lag,
   "RocketMQ: a message's publish (born) time to its delivery to this consumer, by consumer group"
 )
+export const queueReceiveBatchSize = Metric.histogram(
+  "queue_receive_batch_size",
+  sizes,
+  "RocketMQ: messages one receive brought this consumer (empty long polls not counted), by consumer group; each " +
+    "receive costs a round trip, an ack and a Redis pipeline"
+)
 export const outboxPublished = Metric.counter("outbox_published_total", {
   description: "outbox rows published to the event queue by the relay"
 })

@@ -3,7 +3,7 @@ import { Writable } from "node:stream"
 import { type ILogger, type MessageView, Producer, SimpleConsumer } from "rocketmq-client-nodejs"
 import * as S from "../config/Settings.js"
 import { backoffSchedule } from "../domain/backoff.js"
-import { queueConsumeLagSeconds } from "../observability/metrics.js"
+import { queueConsumeLagSeconds, queueReceiveBatchSize } from "../observability/metrics.js"
 import { labelled } from "../observability/series.js"
 import {
   type BatchHandler,
@@ -186,6 +186,7 @@ export const makeRocketMQQueue = (
         // behind it), so the last failed attempt is also kept here (by message id, bounded) and the larger count wins.
         const failures = new Map<string, number>()
         const consumeLag = labelled(queueConsumeLagSeconds, { group })
+        const receivedPerCall = labelled(queueReceiveBatchSize, { group })
 
         /**
          * Hands one round (one message per group) to the handler; acks what it handled. Answers, per message, whether
@@ -254,6 +255,8 @@ export const makeRocketMQQueue = (
           Effect.tapError((e) => Effect.logWarning(`RocketMQ receive failed (${group}): ${String(e)}`)),
           Effect.retry(backoffSchedule({ base: Duration.millis(200), cap: Duration.seconds(5) })),
           Effect.orDie, // the schedule never ends
+          // a long poll that ended empty is not counted: the histogram says how well deliveries are batched
+          Effect.tap((ms) => ms.length === 0 ? Effect.void : Metric.update(receivedPerCall, ms.length)),
           Effect.flatMap(handleBatch),
           Effect.forever
         )

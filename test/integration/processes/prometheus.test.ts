@@ -196,7 +196,11 @@ const expectations: ReadonlyArray<readonly [string, (v: number) => boolean]> = [
   [`sum(stream_delivery_seconds_count{transport="sse"})`, (v) => v > 0],
   [`sum(streams_open{transport="sse"})`, (v) => v >= 1],
   [`sum(bus_publish_seconds_count{outcome="ok"})`, (v) => v > 0],
-  ...(endpoints === undefined ? [] : [[`sum(queue_consume_lag_seconds_count)`, (v: number) => v > 0] as const]),
+  ...(endpoints === undefined ? [] : [
+    [`sum(queue_consume_lag_seconds_count)`, (v: number) => v > 0] as const,
+    // every receive that brought messages; at least one message each
+    [`sum(queue_receive_batch_size_sum) / sum(queue_receive_batch_size_count)`, (v: number) => v >= 1] as const
+  ]),
   [`sum(outbox_published_total)`, (v) => v > 0],
   // sampled from PostgreSQL by each runner: the orphan callback and the unknown submission are seen by both
   [`min(inbox_rows{status="orphan"})`, (v) => v > 0],
