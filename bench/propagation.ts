@@ -30,6 +30,7 @@ import { Producer, SimpleConsumer } from "rocketmq-client-nodejs"
 import {
   cpuSeconds,
   healthLine,
+  metricIn,
   percentile,
   type RunnerHealth,
   sleep,
@@ -245,17 +246,16 @@ const ceilingLatency = async (rate: number, seconds: number) => {
 const dispatcherScrape = async (httpPort: number) => {
   const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
   const buckets = new Map<string, number>()
-  let receives = 0
-  let received = 0
-  const value = (line: string) => Number(line.slice(line.lastIndexOf(" ") + 1))
   for (const line of text.split("\n")) {
-    if (line.startsWith("queue_receive_batch_size_count{")) receives += value(line)
-    if (line.startsWith("queue_receive_batch_size_sum{")) received += value(line)
     if (!line.startsWith("queue_consume_lag_seconds_bucket{")) continue
     const le = /le="([^"]+)"/.exec(line)?.[1]
-    if (le !== undefined) buckets.set(le, (buckets.get(le) ?? 0) + value(line))
+    if (le !== undefined) buckets.set(le, (buckets.get(le) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)))
   }
-  return { buckets, receives, received }
+  return {
+    buckets,
+    receives: metricIn(text, "queue_receive_batch_size_count"),
+    received: metricIn(text, "queue_receive_batch_size_sum")
+  }
 }
 type DispatcherScrape = Awaited<ReturnType<typeof dispatcherScrape>>
 

@@ -21,22 +21,25 @@ export const percentile = (xs: ReadonlyArray<number>, p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN
 }
 
-/** The library's line when a runner cannot renew its shard locks: it then gives up its shards (a self-inflicted failover). */
 /** A process's CPU time so far (user + system, seconds), from /proc. */
 export const cpuSeconds = (pid: number) => {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
   return (Number(fields[11]) + Number(fields[12])) / 100 // clock ticks, 100 a second
 }
 
+/** The library's line when a runner cannot renew its shard locks: it then gives up its shards (a self-inflicted failover). */
 export const SHARD_LOCK_LOSS = "Shard lock storage is unhealthy"
+
+/** A metric summed over its series in one scrape of GET /metrics (`text`). */
+export const metricIn = (text: string, name: string) =>
+  text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
+    .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
 
 /** A metric summed over its series and over the runners on `httpPorts` (their GET /metrics). */
 export const gauge = async (httpPorts: ReadonlyArray<number>, name: string) => {
   let total = 0
   for (const httpPort of httpPorts) {
-    const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text()
-    total += text.split("\n").filter((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`))
-      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0)
+    total += metricIn(await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text(), name)
   }
   return total
 }
