@@ -3,7 +3,8 @@
  * BENCH_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR". Self time by package (node_modules/<package>, the project's own
  * src/<folder>, Node's internals, GC, idle), then by function. Effect's fibers keep no JavaScript call stack across
  * their steps, so time inside Effect's runtime shows as effect's own, not under the code that asked for it.
- * PROFILE_LAST_MS=N counts only the profile's last N ms (e.g. a runner's shutdown: the profile ends at its exit).
+ * PROFILE_LAST_MS=N counts only the profile's last N ms (e.g. a runner's shutdown: the profile ends at its exit), and
+ * PROFILE_SKIP_LAST_MS=M leaves out its last M ms of those (one phase of a bench: the phases after it last M ms).
  */
 import fs from "node:fs"
 
@@ -18,11 +19,12 @@ const nodes = new Map(profile.nodes.map((n) => [n.id, n]))
 const selfMicros = new Map()
 let total = 0
 const lastMicros = process.env.PROFILE_LAST_MS === undefined ? Infinity : Number(process.env.PROFILE_LAST_MS) * 1000
+const skipMicros = Number(process.env.PROFILE_SKIP_LAST_MS ?? 0) * 1000
 let at = profile.startTime
 profile.samples.forEach((id, i) => {
   const dt = profile.timeDeltas[i] ?? 0
   at += dt
-  if (profile.endTime - at > lastMicros) return
+  if (profile.endTime - at > lastMicros || profile.endTime - at < skipMicros) return
   selfMicros.set(id, (selfMicros.get(id) ?? 0) + dt)
   total += dt
 })

@@ -1,11 +1,14 @@
 /**
- * npm run bench:sse — M concurrent Server-Sent Events streams while K events/s are committed, in three scenarios (one
+ * npm run bench:sse — M concurrent Server-Sent Events streams while K events/s are committed, in up to four scenarios (one
  * after the other, each on a fresh database; BENCH_GATEWAYS picks them):
  *   - `ceiling`: the streams go to bench/sseCeiling.mjs, a bare node:http SSE server on one Redis subscriber (no auth,
  *     replay, limits or buffers), while one runner only propagates: what delivery costs with nothing of ours;
  *   - `1`: one runner (`npm start`'s program) serves the streams;
  *   - `2`: two runners on the same database; the client processes spread over their two ports, each project's
- *     streams on one of them, as `npm run cluster`'s nginx routes them (src/cli/cluster/nginx.ts).
+ *     streams on one of them, as `npm run cluster`'s nginx routes them (src/cli/cluster/nginx.ts);
+ *   - `split`: the production split (README, "Production"): a gateway-only process (RUNNER_ROLES=gateway) serves the
+ *     streams while a runner with every other role propagates, the same work on the same two sides as `ceiling`: the
+ *     ratio to the ceiling is then the gateway's own cost, with nothing else on its event loop.
  * The path: commit → outbox relay → in-process queue → notification dispatcher → Redis → project feed → every SSE
  * client of the project (and, for whatever the bus did not bring within a tick, the feeds' tail of PostgreSQL). The
  * clients are raw TCP sockets in several plain Node child processes (bench/sseClients.mjs, each with its own
@@ -31,7 +34,7 @@
  *
  *   BENCH_CONNECTIONS (19500, at most the hard fd limit − 500)  BENCH_RATE (1000)  BENCH_SECONDS (20)
  *   BENCH_RATE2 (0 = no second phase; e.g. 500)  BENCH_FANOUT (4 streams per project)  BENCH_CLIENTS (4 processes)
- *   BENCH_SLOW (10)  BENCH_GATEWAYS ("ceiling,1,2")  BENCH_NODE_ARGS (node flags for the runners)
+ *   BENCH_SLOW (10)  BENCH_GATEWAYS ("ceiling,1,2"; or with "split")  BENCH_NODE_ARGS (node flags for the runners)
  *   BENCH_RUNNER_ENV ("NAME=value ..." for the runners)  DATABASE_URL (admin URL)  REDIS_URL
  * A short run: BENCH_CONNECTIONS=5000 BENCH_RATE=200 BENCH_SECONDS=10 BENCH_SLOW=0 npm run bench:sse
  */
@@ -92,11 +95,16 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 20)
 const FANOUT = Number(process.env.BENCH_FANOUT ?? 4)
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 4)
 const SLOW_CLIENTS = Number(process.env.BENCH_SLOW ?? 10)
-type Kind = "ceiling" | number
-/** which servers the streams go to, one scenario each: the ceiling server, 1 gateway process, 2 gateway processes */
+type Kind = "ceiling" | "split" | number
+/**
+ * which servers the streams go to, one scenario each: the ceiling server, 1 gateway process, 2 gateway processes, a
+ * gateway-only process beside a propagating runner
+ */
 const KINDS: Array<Kind> = (process.env.BENCH_GATEWAYS ?? "ceiling,1,2").split(",").map((k) =>
-  k.trim() === "ceiling" ? "ceiling" : Number(k)
+  k.trim() === "ceiling" || k.trim() === "split" ? k.trim() as Kind : Number(k)
 )
+/** The roles of the runner beside a gateway-only process (`split`): all but the gateway. */
+const PROPAGATING_ROLES = "api,webhooks,entities,singletons,dispatcher"
 const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
 /** "NAME=value NAME2=value with spaces": a value runs up to the next NAME= */
 const RUNNER_ENV = Object.fromEntries(
@@ -249,10 +257,14 @@ interface Summary {
  */
 const scenario = async (kind: Kind): Promise<Summary> => {
   const runStarted = performance.now()
-  const label = kind === "ceiling" ? "ceiling" : `${kind}gw`
+  const label = typeof kind === "string" ? kind : `${kind}gw`
   const dbName = `${DB_BASE}_${label}`
   const prefix = `${PREFIX_BASE}${label}:`
-  const servers = kind === "ceiling" ? "the ceiling server (bare node:http + one Redis subscriber)" : kind === 1
+  const servers = kind === "ceiling"
+    ? "the ceiling server (bare node:http + one Redis subscriber)"
+    : kind === "split"
+    ? "a gateway-only process (RUNNER_ROLES=gateway) beside a runner with every other role"
+    : kind === 1
     ? "one gateway process"
     : `${kind} gateway processes (runners on one database; a project's streams on one of their ports)`
   const SLOW = kind === "ceiling" ? 0 : SLOW_CLIENTS
@@ -313,14 +325,16 @@ const scenario = async (kind: Kind): Promise<Summary> => {
       MEMORY_PROBE_FILE: `${probeBase}-${n}.json`,
       ...RUNNER_ENV
     })
-    const startRunner = (n: number) =>
+    const startRunner = (n: number, roles?: string) =>
       Promise.race([
-        startRunnerProcess(runnerEnv(n), {
-          nodeArgs: [...NODE_ARGS, "--expose-gc", "--import", "./bench/memoryProbe.mjs"]
+        startRunnerProcess(roles === undefined ? runnerEnv(n) : { ...runnerEnv(n), RUNNER_ROLES: roles }, {
+          nodeArgs: [...NODE_ARGS, "--expose-gc", "--import", "./bench/memoryProbe.mjs"],
+          // a process without the api role has no /openapi.json
+          ...(roles === undefined || roles.split(",").includes("api") ? {} : { readyPath: "/readyz" })
         }),
         sleep(120_000).then(() => undefined)
       ])
-    const started = await startRunner(0)
+    const started = await startRunner(0, kind === "split" ? PROPAGATING_ROLES : undefined)
     if (started === undefined) {
       // what the runner is waiting for: its database sessions and its sockets
       const sessions = await admin.query(
@@ -341,7 +355,14 @@ const scenario = async (kind: Kind): Promise<Summary> => {
     const healths = [started.health]
     /** the processes that serve the streams: their pids, ports and memory probe files */
     const gateways = [{ pid: started.child.pid!, port: started.httpPort, probeFile: `${probeBase}-0.json` }]
-    for (let n = 1; kind !== "ceiling" && n < kind; n++) {
+    if (kind === "split") {
+      const gateway = await startRunner(1, "gateway")
+      if (gateway === undefined) throw new Error("the gateway-only process did not answer within 120 s")
+      runners.push(gateway.child)
+      healths.push(gateway.health)
+      gateways.splice(0, 1, { pid: gateway.child.pid!, port: gateway.httpPort, probeFile: `${probeBase}-1.json` })
+    }
+    for (let n = 1; typeof kind === "number" && n < kind; n++) {
       const another = await startRunner(n)
       if (another === undefined) throw new Error(`gateway process ${n + 1} did not answer within 120 s`)
       runners.push(another.child)
@@ -705,7 +726,11 @@ const scenario = async (kind: Kind): Promise<Summary> => {
     )
 
     const health = healthLine(healths.map((h) => h.stop()))
-    console.log(`runners (${kind === "ceiling" ? "propagation only" : "the gateways"}): ${health}`)
+    console.log(
+      `runners (${
+        kind === "ceiling" ? "propagation only" : kind === "split" ? "1: propagation, 2: the gateway" : "the gateways"
+      }): ${health}`
+    )
     const first = results[0]!
     console.log(
       `${label} summary: ${ok} streams open; ${kib(idlePerConnection)} KiB RSS per idle stream (goal ≤ 12), ${
