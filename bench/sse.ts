@@ -46,6 +46,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import pg from "pg"
 import { ISSUER, TokenKinds } from "../src/http/Auth.js"
+import { ROLES } from "../src/runners/Roles.js"
 import {
   type Client,
   cpuSeconds,
@@ -63,7 +64,7 @@ import {
   startClient,
   timeWaitSockets
 } from "./sseSupport.js"
-import { healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import { healthLine, percentile, type RunnerHealth, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 // ---- file descriptors: raise the soft limit to the hard one, re-running this program under `ulimit -Sn` ----
 
@@ -100,11 +101,11 @@ type Kind = "ceiling" | "split" | number
  * which servers the streams go to, one scenario each: the ceiling server, 1 gateway process, 2 gateway processes, a
  * gateway-only process beside a propagating runner
  */
-const KINDS: Array<Kind> = (process.env.BENCH_GATEWAYS ?? "ceiling,1,2").split(",").map((k) =>
-  k.trim() === "ceiling" || k.trim() === "split" ? k.trim() as Kind : Number(k)
+const KINDS: Array<Kind> = (process.env.BENCH_GATEWAYS ?? "ceiling,1,2").split(",").map((k) => k.trim()).map((k) =>
+  k === "ceiling" || k === "split" ? k : Number(k)
 )
 /** The roles of the runner beside a gateway-only process (`split`): all but the gateway. */
-const PROPAGATING_ROLES = "api,webhooks,entities,singletons,dispatcher"
+const PROPAGATING_ROLES = ROLES.filter((r) => r !== "gateway").join(",")
 const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
 /** "NAME=value NAME2=value with spaces": a value runs up to the next NAME= */
 const RUNNER_ENV = Object.fromEntries(
@@ -351,23 +352,24 @@ const scenario = async (kind: Kind): Promise<Summary> => {
       }
       throw new Error("the runner did not answer GET /openapi.json within 120 s")
     }
-    runners.push(started.child)
-    const healths = [started.health]
-    /** the processes that serve the streams: their pids, ports and memory probe files */
-    const gateways = [{ pid: started.child.pid!, port: started.httpPort, probeFile: `${probeBase}-0.json` }]
+    const healths: Array<RunnerHealth> = []
+    /** a started runner, watched; what the streams need of it if it serves them: pid, port and memory probe file */
+    const keep = (r: NonNullable<typeof started>, n: number) => {
+      runners.push(r.child)
+      healths.push(r.health)
+      return { pid: r.child.pid!, port: r.httpPort, probeFile: `${probeBase}-${n}.json` }
+    }
+    /** the processes that serve the streams */
+    const gateways = [keep(started, 0)]
     if (kind === "split") {
       const gateway = await startRunner(1, "gateway")
       if (gateway === undefined) throw new Error("the gateway-only process did not answer within 120 s")
-      runners.push(gateway.child)
-      healths.push(gateway.health)
-      gateways.splice(0, 1, { pid: gateway.child.pid!, port: gateway.httpPort, probeFile: `${probeBase}-1.json` })
+      gateways.splice(0, 1, keep(gateway, 1))
     }
     for (let n = 1; typeof kind === "number" && n < kind; n++) {
       const another = await startRunner(n)
       if (another === undefined) throw new Error(`gateway process ${n + 1} did not answer within 120 s`)
-      runners.push(another.child)
-      healths.push(another.health)
-      gateways.push({ pid: another.child.pid!, port: another.httpPort, probeFile: `${probeBase}-${n}.json` })
+      gateways.push(keep(another, n))
     }
     if (kind === "ceiling") {
       const bare = await startCeiling({
