@@ -156,5 +156,8 @@ export const NotificationDispatcherLive = Layer.scopedDiscard(Effect.gen(functio
     return done
   })
 
+  // runs once the consumer stopped (its receives ended and handed back what they held): on a runner's stop, after the
+  // cluster handed the shards over (Runner.ts layerPropagationFor)
+  yield* Effect.addFinalizer(() => Effect.logInfo(`notification dispatcher stopped (${group})`))
   yield* queue.consume(group, dispatch)
 }))

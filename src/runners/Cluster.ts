@@ -59,6 +59,8 @@ export const layerCluster = (c: RunnerConfig) => {
   > = hostsShards ? ShardLockWatch.layerWatched : Layer.effect(RunnerStorage.RunnerStorage, RunnerStorage.RunnerStorage)
   return Layer.mergeAll(ClusterView.Default, RunnerReportsLive).pipe(
     Layer.provideMerge(sockets),
+    // built before Sharding (in `sockets`), so released after it: its stop has given up every shard lock by then
+    Layer.provideMerge(hostsShards ? layerLogHandedOver : Layer.empty),
     Layer.provideMerge(clusterTables(SqlMessageStorage.layer)),
     // Sharding's runner storage: the runner list read at once when a runner joins or leaves (RunnerChanges.ts), over
     // runners refusing connections taken as gone (RefusedRunners.ts), over acquisitions that
@@ -89,6 +91,11 @@ export const layerCluster = (c: RunnerConfig) => {
     Layer.provide(RpcSerialization.layerMsgPack)
   )
 }
+
+/** The line an operator (and the stop-order test) reads for "this runner's shards are free for the others". */
+const layerLogHandedOver = Layer.scopedDiscard(
+  Effect.addFinalizer(() => Effect.logInfo("cluster runner stopped: its shards are handed over"))
+)
 
 /**
  * The cluster's storage creates its tables when it starts. Two runners starting at once on an empty database both

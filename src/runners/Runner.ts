@@ -178,14 +178,25 @@ const layerBus = Bus.layerFromEnv.pipe(Layer.provide(Redis.layerFromEnv))
  * queue from the environment, built where a role runs them; the bus in every process. It serves the API's dead-letter
  * replays and the gateway's feeds too; in a process that uses none of them it is an idle connection (one composition
  * rather than a bus per role combination).
+ *
+ * The relay runs on the cluster (`layerRunnerWith`'s propagation). The dispatcher and the bus need nothing of the
+ * cluster, and are built before it, so that a stopping runner closes them after the cluster handed its shards over:
+ * a RocketMQ consumer's receive is a long poll (up to 5 s) that cannot be cancelled, and its stop waits for it to hand
+ * its messages back. Closed before the cluster, that wait held the shards on the stopping runner (SIGTERM: its
+ * entities served ~3 s longer and the shards moved only then; bench:handoff with ROCKETMQ_ENDPOINTS, stop 40).
  */
-export const layerPropagationFor = (roles: Roles) =>
-  Layer.mergeAll(
-    when(roles.has("singletons"), OutboxRelayLive.pipe(Layer.provide(layerEventQueueFromEnv))),
-    when(roles.has("dispatcher"), NotificationDispatcherLive.pipe(Layer.provide(layerEventQueueFromEnv)))
+export const layerPropagationFor = (roles: Roles) => ({
+  onCluster: when(roles.has("singletons"), OutboxRelayLive.pipe(Layer.provide(layerEventQueueFromEnv))),
+  underCluster: when(
+    roles.has("dispatcher"),
+    NotificationDispatcherLive.pipe(Layer.provide(layerEventQueueFromEnv))
   ).pipe(Layer.provideMerge(layerBus))
+})
 
-export const layerRunner = (c: RunnerConfig) => layerRunnerWith(c, layerLifecycle, layerPropagationFor(c.roles))
+export const layerRunner = (c: RunnerConfig) => {
+  const propagation = layerPropagationFor(c.roles)
+  return layerRunnerWith(c, layerLifecycle, propagation.onCluster).pipe(Layer.provideMerge(propagation.underCluster))
+}
 
 /**
  * What both the API and the event streams read, in every process (no connection of their own, and the testing kit
