@@ -16,7 +16,7 @@ import { allAreas } from "../runners/settings.js"
 import { onRepeatedSignal } from "../runners/signals.js"
 import { checkListener, servicesFromEnv } from "../runners/startChecks.js"
 import { nginxConf } from "./cluster/nginx.js"
-import { type Member, plan } from "./cluster/plan.js"
+import { type Member, nodeOptionsFor, plan } from "./cluster/plan.js"
 
 /**
  * npm run cluster -- --processes N [--roles "A;B"]: N runner processes on this machine behind one HTTP entry (nginx
@@ -158,8 +158,13 @@ const run = (args: Args) =>
       }
     }
     if (yield* unset("PUBLIC_BASE_URL")) defaults.PUBLIC_BASE_URL = entry
+    const nodeOptionsUnset = Option.isNone(
+      Option.filter(yield* Config.option(Config.string("NODE_OPTIONS")), (o) => o.trim() !== "")
+    )
+    const nodeOptions = (m: Member) => nodeOptionsUnset ? nodeOptionsFor(m.roles) : Option.none()
     const runnerEnv = (m: Member) => ({
       ...defaults,
+      ...Option.match(nodeOptions(m), { onNone: () => ({}), onSome: (o) => ({ NODE_OPTIONS: o }) }),
       HTTP_HOST: "127.0.0.1",
       HTTP_PORT: String(m.httpPort),
       RUNNER_PORT: String(m.runnerPort),
@@ -198,7 +203,8 @@ const run = (args: Args) =>
         pid: child.process.pid,
         http: `127.0.0.1:${m.httpPort}`,
         runner: `${settings.runnerHost}:${m.runnerPort}`,
-        roles: formatRoles(m.roles)
+        roles: formatRoles(m.roles),
+        node_options: Option.getOrElse(nodeOptions(m), () => "")
       }))
     }
     // runs first when the scope closes (added last): every runner at once, then nginx and the simulator

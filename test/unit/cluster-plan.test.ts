@@ -5,8 +5,8 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { nginxConf } from "../../src/cli/cluster/nginx.js"
-import { plan, type PlanInput } from "../../src/cli/cluster/plan.js"
-import { formatRoles } from "../../src/runners/Roles.js"
+import { nodeOptionsFor, plan, type PlanInput, WORKER_NODE_OPTIONS } from "../../src/cli/cluster/plan.js"
+import { allRoles, formatRoles, parseRoles } from "../../src/runners/Roles.js"
 
 const input = (over: Partial<PlanInput> = {}): PlanInput => ({
   processes: 2,
@@ -98,5 +98,14 @@ describe("npm run cluster's plan", () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true })
     }
+  })
+
+  it("gives a worker (entities, no gateway) larger V8 semi-spaces, and a process serving streams none", () => {
+    const roles = (spec: string) => Either.getOrThrow(parseRoles(spec))
+    expect(nodeOptionsFor(roles("entities,singletons,dispatcher"))).toEqual(Option.some(WORKER_NODE_OPTIONS))
+    expect(nodeOptionsFor(roles("entities"))).toEqual(Option.some(WORKER_NODE_OPTIONS))
+    expect(nodeOptionsFor(allRoles)).toEqual(Option.none())
+    expect(nodeOptionsFor(roles("api,webhooks,gateway"))).toEqual(Option.none())
+    expect(nodeOptionsFor(roles("api,webhooks"))).toEqual(Option.none())
   })
 })

@@ -1,5 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import * as fs from "node:fs"
+import { WORKER_NODE_OPTIONS } from "../../../src/cli/cluster/plan.js"
 import { TokenSigner } from "../../../src/http/Auth.js"
 import { definitionOf } from "../../../src/providers/providers.js"
 import type { TenantId, UserId } from "../../../src/schema/ids.js"
@@ -31,6 +33,7 @@ interface Started {
   readonly message: string
   readonly pid?: number
   readonly process?: number
+  readonly node_options?: string
 }
 
 /** The cluster command's own JSON log lines that name a process it started. */
@@ -94,7 +97,9 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
           DB_POOL_SIZE: "4",
           OUTBOX_SWEEP_INTERVAL: "500 millis",
           LOG_FORMAT: "json",
-          LOG_LEVEL: "Info"
+          LOG_LEVEL: "Info",
+          // none of the test run's: the command chooses each process's own
+          NODE_OPTIONS: ""
         })
         // on a failure: npm, and each process the command started with its group (nginx rewrites its environment, so
         // the run's mark alone does not find it)
@@ -137,6 +142,11 @@ describe.skipIf(noDatabase || redisUrl === undefined)("npm run cluster", () => {
         expect(roles).toContain(`runner_role{role="api"} 1`)
         // the worker has no API: it says so rather than serving it
         expect(yield* Effect.promise(() => probe(workerHttp, "/v1/projects"))).toBe(404)
+        // the worker runs with larger V8 semi-spaces (plan.ts nodeOptionsFor), the edges with V8's default
+        const members = startedLines(cluster.output()).filter((l) => l.process !== undefined)
+        expect(members.map((l) => [l.process, l.node_options])).toEqual([[1, ""], [2, ""], [3, WORKER_NODE_OPTIONS]])
+        const environ = fs.readFileSync(`/proc/${members[2]!.pid}/environ`, "utf8").split("\0")
+        expect(environ).toContain(`NODE_OPTIONS=${WORKER_NODE_OPTIONS}`)
 
         // every shard on the worker, none on the edge (it never registers as a runner)
         const operator = yield* operatorToken(AUTH_SECRET)
