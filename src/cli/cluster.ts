@@ -161,10 +161,9 @@ const run = (args: Args) =>
     const nodeOptionsUnset = Option.isNone(
       Option.filter(yield* Config.option(Config.string("NODE_OPTIONS")), (o) => o.trim() !== "")
     )
-    const nodeOptions = (m: Member) => nodeOptionsUnset ? nodeOptionsFor(m.roles) : Option.none()
-    const runnerEnv = (m: Member) => ({
+    const runnerEnv = (m: Member, nodeOptions: Option.Option<string>) => ({
       ...defaults,
-      ...Option.match(nodeOptions(m), { onNone: () => ({}), onSome: (o) => ({ NODE_OPTIONS: o }) }),
+      ...Option.match(nodeOptions, { onNone: () => ({}), onSome: (o) => ({ NODE_OPTIONS: o }) }),
       HTTP_HOST: "127.0.0.1",
       HTTP_PORT: String(m.httpPort),
       RUNNER_PORT: String(m.runnerPort),
@@ -193,9 +192,10 @@ const run = (args: Args) =>
       Effect.annotateLogs({ pid: nginx.process.pid, config: conf })
     )
     for (const m of members) {
+      const nodeOptions = nodeOptionsUnset ? nodeOptionsFor(m.roles) : Option.none<string>()
       const child = yield* start(
         `process ${m.index}`,
-        Command.make(process.execPath, ...RUNNER).pipe(Command.env(runnerEnv(m)))
+        Command.make(process.execPath, ...RUNNER).pipe(Command.env(runnerEnv(m, nodeOptions)))
       )
       children.push(child)
       yield* Effect.logInfo(`process ${m.index} started`).pipe(Effect.annotateLogs({
@@ -204,7 +204,7 @@ const run = (args: Args) =>
         http: `127.0.0.1:${m.httpPort}`,
         runner: `${settings.runnerHost}:${m.runnerPort}`,
         roles: formatRoles(m.roles),
-        node_options: Option.getOrElse(nodeOptions(m), () => "")
+        node_options: Option.getOrElse(nodeOptions, () => "")
       }))
     }
     // runs first when the scope closes (added last): every runner at once, then nginx and the simulator

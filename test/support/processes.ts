@@ -1,7 +1,10 @@
-import { type ChildProcess, spawn } from "node:child_process"
+import { Effect } from "effect"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import { inject } from "vitest"
 import { RUNNER_PROGRAM } from "../../scripts/build.mjs"
+import { makeTestDatabaseUrl } from "./database.js"
 import { processEnv, scaled, TEST_PROCESS_MARK } from "./env.js"
+import { allocatePort } from "./ports.js"
 
 export interface Proc {
   readonly child: ChildProcess
@@ -78,3 +81,27 @@ export const withTimeout = <A>(p: Promise<A>, ms: number, what: string) =>
     p,
     new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), scaled(ms)).unref())
   ])
+
+/**
+ * One runner process on a fresh database of its own and free ports, answering HTTP, stopped at once on a signal
+ * (READINESS_GRACE 0: no balancer to wait for), killed when the scope closes; `settings` over those.
+ */
+export const runnerOnFreshDatabase = (settings: Record<string, string>) =>
+  Effect.gen(function*() {
+    const { url } = yield* makeTestDatabaseUrl
+    const [httpPort, runnerPort] = yield* Effect.all([Effect.promise(allocatePort), Effect.promise(allocatePort)])
+    const runner = spawnRunner({
+      DATABASE_URL: url,
+      HTTP_PORT: String(httpPort),
+      RUNNER_PORT: String(runnerPort),
+      READINESS_GRACE: "0 seconds",
+      ...settings
+    })
+    yield* Effect.addFinalizer(() => Effect.sync(() => runner.child.kill("SIGKILL")))
+    yield* Effect.promise(() => waitForHttp(httpPort, runner))
+    return { runner, httpPort }
+  })
+
+/** scripts/rocketmq.sh (`topic T G`: a FIFO topic and an orderly consumer group of a test's own; `drop T G`). */
+export const rocketmqScript = (...args: Array<string>) =>
+  execFileSync("scripts/rocketmq.sh", args, { stdio: "pipe", timeout: scaled(300_000) })

@@ -2,7 +2,7 @@ import { FetchHttpClient } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { afterAll, beforeAll, describe, expect, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Layer, Redacted, Schedule } from "effect"
-import { execFileSync, spawnSync } from "node:child_process"
+import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -15,7 +15,14 @@ import type { TenantId, UserId } from "../../../src/schema/ids.js"
 import { simulatorEnv } from "../../../src/simulator/embedded.js"
 import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
 import { isCI, scaled, scaledDuration, services } from "../../support/env.js"
-import { type Proc, spawnMarked, spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
+import {
+  type Proc,
+  rocketmqScript,
+  spawnMarked,
+  spawnRunner,
+  waitForHttp,
+  withTimeout
+} from "../../support/processes.js"
 import { until } from "../../support/propagation.js"
 import { freePort, quietLogs, withSettings } from "../../support/runner.js"
 import { layerSim, Sim } from "../../support/simulator.js"
@@ -51,13 +58,11 @@ const platformA = `http://127.0.0.1:${httpA}`
 const sim = `http://127.0.0.1:${simPort}`
 const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "prometheus-test-"))
 
-const rocketmq = (...args: Array<string>) =>
-  execFileSync("scripts/rocketmq.sh", args, { stdio: "pipe", timeout: scaled(300_000) })
 beforeAll(() => {
-  if (!skip && endpoints !== undefined) rocketmq("topic", topic, group)
+  if (!skip && endpoints !== undefined) rocketmqScript("topic", topic, group)
 }, scaled(300_000))
 afterAll(() => {
-  if (!skip && endpoints !== undefined) rocketmq("drop", topic, group)
+  if (!skip && endpoints !== undefined) rocketmqScript("drop", topic, group)
   fs.rmSync(scratch, { recursive: true, force: true })
 })
 

@@ -1,10 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as net from "node:net"
-import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
+import { noDatabase } from "../../support/database.js"
 import { scaled } from "../../support/env.js"
-import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
-import { freePort } from "../../support/runner.js"
+import { runnerOnFreshDatabase, withTimeout } from "../../support/processes.js"
 
 /**
  * SIGTERM while clients still hold connections: the listener's close waits for every connection to end, and Node
@@ -14,16 +13,7 @@ import { freePort } from "../../support/runner.js"
 describe.skipIf(noDatabase)("a runner stopping with connections still open", () => {
   it.live("exits promptly on SIGTERM while a client holds a half-sent request", () =>
     Effect.gen(function*() {
-      const { url } = yield* makeTestDatabaseUrl
-      const [httpPort, runnerPort] = yield* Effect.all([freePort, freePort])
-      const runner = spawnRunner({
-        DATABASE_URL: url,
-        HTTP_PORT: String(httpPort),
-        RUNNER_PORT: String(runnerPort),
-        READINESS_GRACE: "0 seconds",
-        LOG_LEVEL: "WARN"
-      })
-      yield* Effect.promise(() => waitForHttp(httpPort, runner))
+      const { httpPort, runner } = yield* runnerOnFreshDatabase({ LOG_LEVEL: "WARN" })
       // a request line and one header, never the blank line that ends the headers
       const client = yield* Effect.acquireRelease(
         Effect.async<net.Socket>((resume) => {

@@ -1,10 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { execFileSync } from "node:child_process"
-import { makeTestDatabaseUrl, noDatabase } from "../../support/database.js"
+import { noDatabase } from "../../support/database.js"
 import { scaled, services } from "../../support/env.js"
-import { spawnRunner, waitForHttp, withTimeout } from "../../support/processes.js"
-import { freePort } from "../../support/runner.js"
+import { rocketmqScript, runnerOnFreshDatabase, withTimeout } from "../../support/processes.js"
 import { uuid } from "../../support/tasks.js"
 
 /**
@@ -22,13 +20,11 @@ const suffix = uuid().slice(0, 8)
 const topic = `test-stop-${suffix}`
 const group = `test-stop-dispatcher-${suffix}`
 
-const rocketmq = (...args: Array<string>) =>
-  execFileSync("scripts/rocketmq.sh", args, { stdio: "pipe", timeout: scaled(300_000) })
 beforeAll(() => {
-  if (!skip) rocketmq("topic", topic, group)
+  if (!skip) rocketmqScript("topic", topic, group)
 }, scaled(300_000))
 afterAll(() => {
-  if (!skip) rocketmq("drop", topic, group)
+  if (!skip) rocketmqScript("drop", topic, group)
 }, scaled(120_000))
 
 const HANDED_OVER = "cluster runner stopped: its shards are handed over"
@@ -37,21 +33,13 @@ const DISPATCHER_STOPPED = `notification dispatcher stopped (${group})`
 describe.skipIf(skip)("a runner stopping with RocketMQ", () => {
   it.live("hands its shards over before its dispatcher's consumer has stopped", () =>
     Effect.gen(function*() {
-      const { url } = yield* makeTestDatabaseUrl
-      const [httpPort, runnerPort] = yield* Effect.all([freePort, freePort])
-      const runner = spawnRunner({
-        DATABASE_URL: url,
+      const { runner } = yield* runnerOnFreshDatabase({
         ROCKETMQ_ENDPOINTS: endpoints!,
         ROCKETMQ_TOPIC: topic,
         DISPATCHER_GROUP: group,
-        HTTP_PORT: String(httpPort),
-        RUNNER_PORT: String(runnerPort),
         AUTH_SECRET: "stop-order-test-secret-0123456789abcdef",
-        READINESS_GRACE: "0 seconds",
         LOG_LEVEL: "INFO"
       })
-      yield* Effect.addFinalizer(() => Effect.sync(() => runner.child.kill("SIGKILL")))
-      yield* Effect.promise(() => waitForHttp(httpPort, runner))
 
       runner.child.kill("SIGTERM")
       const code = yield* Effect.promise(() => withTimeout(runner.exited, 60_000, "runner to exit after SIGTERM"))
