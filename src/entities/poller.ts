@@ -137,17 +137,18 @@ export const makePoller = ({ breaker, clients, config, quota, schedule }: Poller
       }
       if (memo.nextPollAt > now) return memo.nextPollAt - now
       const pollFailures = memo.failures
-      // looked at before the quota slot is taken (not claiming a half-open probe): an open breaker costs no slot
-      const looked = yield* breaker.admit(route, "query", false)
-      if (looked._tag === "Refused") return yield* putOff(h, attempt.id, looked.waitMs, pollFailures)
-      if (h.granted) {
-        // the runner took this poll's slot before it woke the entity (ParkedTasks.ts)
-        h.granted = false
-      } else if (
-        !(yield* quota.acquireWithin({ provider: attempt.provider, tenantId: s.task.tenantId }, quotaWaitMs))
-      ) {
-        return QUOTA_DEFERRED
+      // the runner took this poll's slot before it woke the entity (ParkedTasks.ts): kept if the breaker refuses
+      const granted = h.granted
+      if (!granted) {
+        // looked at before the quota slot is taken (not claiming a half-open probe): an open breaker costs no slot.
+        // A poll woken with its slot has none to save: the guard below looks, one Redis step fewer per poll
+        const looked = yield* breaker.admit(route, "query", false)
+        if (looked._tag === "Refused") return yield* putOff(h, attempt.id, looked.waitMs, pollFailures)
+        if (!(yield* quota.acquireWithin({ provider: attempt.provider, tenantId: s.task.tenantId }, quotaWaitMs))) {
+          return QUOTA_DEFERRED
+        }
       }
+      h.granted = false
       // claimed and remembered as one step: an interruption while the claim's query is out would otherwise leave the
       // lease taken but unknown here, not given back (measured: one task 30 s late after a drain, POLL_LEASE)
       const lease = yield* schedule.claim(attempt.id, leaseMs).pipe(
@@ -166,9 +167,11 @@ export const makePoller = ({ breaker, clients, config, quota, schedule }: Poller
         isProviderFault
       )
       if (sent._tag === "Refused") {
-        // the breaker opened while this poll waited for its quota slot: the lease goes back unused
+        // the breaker is open (it opened while this poll waited for its quota slot, or the slot came with the
+        // wake): the lease goes back unused, and a slot the wake brought is kept for the next try
         yield* schedule.release(attempt.id, lease.value)
         held = null
+        h.granted = granted
         return yield* putOff(h, attempt.id, sent.waitMs, pollFailures)
       }
       const answer = sent.result

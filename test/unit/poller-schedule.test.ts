@@ -6,6 +6,7 @@ import { makePoller, type PollerDeps, scheduleMemoOf } from "../../src/entities/
 import type { TaskHandle } from "../../src/entities/taskHandle.js"
 import type { PollLease } from "../../src/persistence/AttemptSchedule.js"
 import type { ProviderReport } from "../../src/providers/ProviderAdapter.js"
+import type { Guarded } from "../../src/quota/ProviderBreaker.js"
 import type { AttemptId, TaskId } from "../../src/schema/ids.js"
 
 const report: ProviderReport = {
@@ -26,10 +27,14 @@ const report: ProviderReport = {
  * One attempt's schedule as PostgreSQL keeps it, on the test clock: `finish` writes next_poll_at as the time it runs
  * plus the delay (its statement's now()), and `claim` takes the lease only when that time has come.
  */
-const start = (observeMs: number, memo: TaskHandle["scheduleMemo"] = null) =>
+const start = (
+  observeMs: number,
+  memo: TaskHandle["scheduleMemo"] = null,
+  options: { readonly granted?: boolean; readonly breaker?: PollerDeps["breaker"] } = {}
+) =>
   Effect.gen(function*() {
     let nextPollAt = 0
-    const counts = { gets: 0, grants: 0, claims: 0, lost: 0, queries: 0 }
+    const counts = { gets: 0, grants: 0, claims: 0, lost: 0, queries: 0, releases: 0, putOffs: 0 }
     const deps = {
       // a query is counted when it is sent, right after its slot was granted: a poll whose commit is still in flight
       // when the loop is stopped counted a slot and no query (22 against 21, now and then)
@@ -52,11 +57,18 @@ const start = (observeMs: number, memo: TaskHandle["scheduleMemo"] = null) =>
         finish: (_: string, __: PollLease, next: { delayMs: number }) =>
           Effect.map(Clock.currentTimeMillis, (now) => {
             nextPollAt = now + next.delayMs
+          }),
+        release: () => Effect.sync(() => counts.releases++),
+        schedule: (_: string, delayMs: number) =>
+          Effect.map(Clock.currentTimeMillis, (now) => {
+            counts.putOffs++
+            nextPollAt = now + delayMs
           })
       },
       quota: { acquireWithin: () => Effect.sync(() => ++counts.grants > 0) },
-      // a breaker that stays closed: this test is about the schedule (test/unit/breaker.test.ts is about breakers)
-      breaker: {
+      // a breaker that stays closed unless the test gives one: this test is about the schedule
+      // (test/unit/breaker.test.ts is about breakers)
+      breaker: options.breaker ?? {
         admit: () => Effect.succeed({ _tag: "Admitted", probe: false }),
         guard: <A, E>(_: unknown, __: unknown, call: Effect.Effect<A, E>) =>
           Effect.map(Effect.either(call), (result) => ({ _tag: "Sent", result }))
@@ -85,14 +97,14 @@ const start = (observeMs: number, memo: TaskHandle["scheduleMemo"] = null) =>
           Effect.as({ outcome: "changed", reason: null, task: state.task } as unknown as CommandResult)
         ),
       scheduleMemo: memo,
-      granted: false,
+      granted: options.granted ?? false,
       traceId: "trace"
     } as unknown as TaskHandle
     // the lifecycle's loop, without the rest of the task: poll, then wait as long as the poll said
     const fiber = yield* Effect.fork(Effect.forever(
       Effect.flatMap(poller.poll(handle, state), (ms) => ms > 0 ? Effect.sleep(Duration.millis(ms)) : Effect.yieldNow())
     ))
-    return { counts, stop: Fiber.interrupt(fiber) }
+    return { counts, handle, stop: Fiber.interrupt(fiber) }
   })
 
 describe("the poller's schedule on the test clock", () => {
@@ -106,6 +118,39 @@ describe("the poller's schedule on the test clock", () => {
       // 3 s early, took a slot, lost the claim, and took a second slot a second later
       expect(counts.lost).toBe(0)
       expect(counts.grants).toBe(counts.queries)
+    }))
+
+  it.effect("a poll woken with its slot: no look at the breaker first; refused, it keeps the slot for its next try", () =>
+    Effect.gen(function*() {
+      const looks = { peeks: 0, guards: 0 }
+      let open = true
+      const breaker = {
+        admit: () => Effect.sync(() => (looks.peeks++, { _tag: "Admitted", probe: false })),
+        guard: <A, E>(_: unknown, __: unknown, call: Effect.Effect<A, E>) =>
+          Effect.suspend((): Effect.Effect<Guarded<A, E>> => {
+            looks.guards++
+            return open
+              ? Effect.succeed({ _tag: "Refused", waitMs: 10_000 } as const)
+              : Effect.map(Effect.either(call), (result) => ({ _tag: "Sent", result } as const))
+          })
+      } as unknown as PollerDeps["breaker"]
+      const read = { nextPollAt: new Date(0), pollFailures: 0, pollLeaseUntil: null, cancelSentAt: null }
+      const { counts, handle, stop } = yield* start(0, scheduleMemoOf("a1" as AttemptId, read, 0), {
+        granted: true,
+        breaker
+      })
+      yield* TestClock.adjust(Duration.millis(1))
+      // the guard refused: nothing sent, the lease given back, the poll put off, the wake's slot still held
+      expect(looks).toEqual({ peeks: 0, guards: 1 })
+      expect(counts).toMatchObject({ queries: 0, claims: 1, releases: 1, putOffs: 1, grants: 0 })
+      expect(handle.granted).toBe(true)
+      open = false
+      yield* TestClock.adjust(Duration.seconds(13))
+      yield* stop
+      // the next try spends the kept slot: sent without a slot of its own and without a look first
+      expect(looks).toEqual({ peeks: 0, guards: 2 })
+      expect(counts).toMatchObject({ queries: 1, grants: 0 })
+      expect(handle.granted).toBe(false)
     }))
 
   it.effect("a poll that starts with the schedule read with its task (an entity's build) reads it no more", () =>
