@@ -1,6 +1,7 @@
 import { Clock, Duration, Effect, Either, Metric, Option } from "effect"
 import * as B from "../domain/breaker.js"
 import { breakerFallback, breakerRefused, breakerState, breakerTransitions } from "../observability/metrics.js"
+import { seriesBy } from "../observability/series.js"
 import { Redis } from "../redis/Redis.js"
 import { CREDENTIAL, makeBreakerAdmin } from "./breakerAdmin.js"
 import { BREAKER_STEP, decodeState } from "./breakerScript.js"
@@ -33,6 +34,10 @@ interface Outcome {
 }
 
 const code = { closed: 0, half_open: 1, open: 2 } as const
+// every step sets the route's state gauge (twice per poll): series made once per route, not a Metric.tagged key each
+const states = seriesBy(breakerState, "provider", "model")
+const refusals = seriesBy(breakerRefused, "provider", "model", "call")
+const transitions = seriesBy(breakerTransitions, "provider", "model", "to")
 const WARN_EVERY_MS = 30_000
 
 /**
@@ -119,8 +124,7 @@ export class ProviderBreaker extends Effect.Service<ProviderBreaker>()("Provider
 
     const transition = (route: Route, from: string, to: B.BreakerStateName, extra: Record<string, unknown>) =>
       Effect.gen(function*() {
-        const tags = Metric.tagged(Metric.tagged(breakerTransitions, "provider", route.provider), "model", route.model)
-        yield* Metric.increment(Metric.tagged(tags, "to", to))
+        yield* Metric.increment(transitions(route.provider, route.model, to))
         const log = to === "open" ? Effect.logWarning : Effect.logInfo
         yield* log(`provider breaker ${from} → ${to}`).pipe(
           Effect.annotateLogs({
@@ -134,10 +138,7 @@ export class ProviderBreaker extends Effect.Service<ProviderBreaker>()("Provider
       })
 
     const gauge = (route: Route, state: B.BreakerStateName) =>
-      Metric.set(
-        Metric.tagged(Metric.tagged(breakerState, "provider", route.provider), "model", route.model),
-        code[state]
-      )
+      Metric.set(states(route.provider, route.model), code[state])
 
     const step = (route: Route, op: Op, fault = false, probe = false) =>
       Effect.gen(function*() {
@@ -158,16 +159,7 @@ export class ProviderBreaker extends Effect.Service<ProviderBreaker>()("Provider
     const credentialWait = (provider: string, now: number) => Math.max(0, (credentials.get(provider)?.until ?? 0) - now)
 
     const refuse = (route: Route, call: CallKind, waitMs: number) =>
-      Effect.as(
-        Metric.increment(
-          Metric.tagged(
-            Metric.tagged(Metric.tagged(breakerRefused, "provider", route.provider), "model", route.model),
-            "call",
-            call
-          )
-        ),
-        { _tag: "Refused", waitMs } as const
-      )
+      Effect.as(Metric.increment(refusals(route.provider, route.model, call)), { _tag: "Refused", waitMs } as const)
 
     /**
      * May a `call` to `route` go now? `claim` false only looks, taking no half-open probe: a poll looks before it
