@@ -102,8 +102,15 @@ const answers = (url: string) =>
       Effect.asVoid
     ))
 
-/** Whether `name` is unset in this environment (a default of ours then applies in the children). */
-const unset = (name: string) => Effect.map(Config.option(Config.string(name)), Option.isNone)
+/**
+ * Whether `name` is unset in this environment (a default of ours then applies in the children); with `blankIsUnset`,
+ * a value of only spaces counts as unset too.
+ */
+const unset = (name: string, blankIsUnset = false) =>
+  Effect.map(
+    Config.option(Config.string(name)),
+    (value) => Option.isNone(blankIsUnset ? Option.filter(value, (v) => v.trim() !== "") : value)
+  )
 
 interface Args {
   readonly processes: number
@@ -158,9 +165,7 @@ const run = (args: Args) =>
       }
     }
     if (yield* unset("PUBLIC_BASE_URL")) defaults.PUBLIC_BASE_URL = entry
-    const nodeOptionsUnset = Option.isNone(
-      Option.filter(yield* Config.option(Config.string("NODE_OPTIONS")), (o) => o.trim() !== "")
-    )
+    const nodeOptionsUnset = yield* unset("NODE_OPTIONS", true)
     const runnerEnv = (m: Member, nodeOptions: Option.Option<string>) => ({
       ...defaults,
       ...Option.match(nodeOptions, { onNone: () => ({}), onSome: (o) => ({ NODE_OPTIONS: o }) }),

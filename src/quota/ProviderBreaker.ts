@@ -34,7 +34,7 @@ interface Outcome {
 }
 
 const code = { closed: 0, half_open: 1, open: 2 } as const
-// every step sets the route's state gauge (twice per poll): series made once per route, not a Metric.tagged key each
+// every step sets the route's state gauge (2–3 times per poll): series made once per route, not a Metric.tagged key each
 const states = seriesBy(breakerState, "provider", "model")
 const refusals = seriesBy(breakerRefused, "provider", "model", "call")
 const transitions = seriesBy(breakerTransitions, "provider", "model", "to")
