@@ -4,6 +4,7 @@ import * as S from "../config/Settings.js"
 import { busPublishSeconds } from "../observability/metrics.js"
 import { labelled } from "../observability/series.js"
 import { duplicate, Redis } from "../redis/Redis.js"
+import { promiseWithin } from "../runtime/timers.js"
 
 export class BusUnavailable extends Schema.TaggedError<BusUnavailable>()("BusUnavailable", {
   message: Schema.String
@@ -183,9 +184,11 @@ export const layerMemory: Layer.Layer<NotificationBus> = Layer.effect(
 )
 
 const attempt = (what: string, run: () => Promise<unknown>, timeout: Duration.Duration) =>
-  Effect.tryPromise({ try: run, catch: (e) => new BusUnavailable({ message: `${what}: ${String(e)}` }) }).pipe(
-    Effect.timeoutFail({ duration: timeout, onTimeout: () => new BusUnavailable({ message: `${what}: timed out` }) })
-  )
+  promiseWithin(run, {
+    timeout,
+    onError: (e) => new BusUnavailable({ message: `${what}: ${String(e)}` }),
+    onTimeout: () => new BusUnavailable({ message: `${what}: timed out` })
+  })
 
 /**
  * Redis Pub/Sub: PUBLISH on the shared connection, SUBSCRIBE on a dedicated one (a connection in subscriber mode

@@ -1,5 +1,6 @@
-import { Cause, Duration, Effect, Fiber, Schedule } from "effect"
+import { Cause, Duration, Effect, Schedule } from "effect"
 import { backoffSchedule } from "../domain/backoff.js"
+import { awaitWithin } from "../runtime/timers.js"
 import { TaskUnavailable } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
 import { GenerationTask } from "./GenerationTask.js"
@@ -46,7 +47,8 @@ export class TaskClient extends Effect.Service<TaskClient>()("TaskClient", {
             })
           )
         ),
-        (delivery) => Effect.timeout(Fiber.join(delivery), within)
+        // on the live clock a timer, not a race of two more fibers (src/runtime/timers.ts)
+        (delivery) => awaitWithin(delivery, Duration.decode(within))
       )
 
     return { send, sendWithin } as const

@@ -1,7 +1,5 @@
-import { Clock, Deferred, Duration, Effect, Fiber } from "effect"
-
-/** The live clock's `sleep` (every live Clock shares its class's): its timers are Node's own. */
-const wallClockSleep = Clock.make().sleep
+import { type Clock, Deferred, Duration, Effect, Fiber } from "effect"
+import { isWallClock } from "../runtime/timers.js"
 
 /**
  * A task entity's "the task changed" flag, and its lifecycle's wait for it: a wait ends at a change or after `ms`,
@@ -71,9 +69,7 @@ export const makeChangeSignal = () => {
           return Effect.void
         }
         const bounded = Math.max(0, Math.min(ms, 2 ** 31 - 1))
-        return Effect.clockWith((clock) =>
-          clock.sleep === wallClockSleep ? onWallClock(bounded) : onClock(clock, bounded)
-        )
+        return Effect.clockWith((clock) => isWallClock(clock) ? onWallClock(bounded) : onClock(clock, bounded))
       })
   } as const
 }

@@ -3,6 +3,7 @@ import * as B from "../domain/breaker.js"
 import { breakerFallback, breakerRefused, breakerState, breakerTransitions } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
 import { Redis } from "../redis/Redis.js"
+import { promiseWithin } from "../runtime/timers.js"
 import { CREDENTIAL, makeBreakerAdmin } from "./breakerAdmin.js"
 import { BREAKER_STEP, decodeState } from "./breakerScript.js"
 import { BreakerSettings } from "./breakerSettings.js"
@@ -65,6 +66,7 @@ export class ProviderBreaker extends Effect.Service<ProviderBreaker>()("Provider
     })
     const prefix = `${keyPrefix}breaker:`
     const keyOf = (r: Route) => `${prefix}${r.provider}/${r.model}`
+    const redisSilent = `no answer from Redis within ${Duration.format(s.redisTimeout)}`
     const local = new Map<string, B.BreakerState>()
     const credentials = new Map<string, { readonly since: number; readonly until: number }>()
 
@@ -75,10 +77,10 @@ export class ProviderBreaker extends Effect.Service<ProviderBreaker>()("Provider
         if (Option.isNone(redis)) return Option.none<Outcome>()
         const args = [op, now, config.errorRate, config.minCalls, config.windowMs, config.openForMs, config.openMaxMs]
         const more = [config.probes, config.probeTimeoutMs, route.provider, route.model, fault ? 1 : 0, probe ? 1 : 0]
-        const result = yield* Effect.tryPromise({
-          try: () => redis.value.providerBreakerStep(keyOf(route), ...args, ...more, B.BUCKETS),
-          catch: (e) => String(e)
-        }).pipe(Effect.timeout(s.redisTimeout), Effect.either)
+        const result = yield* promiseWithin(
+          () => redis.value.providerBreakerStep(keyOf(route), ...args, ...more, B.BUCKETS),
+          { timeout: s.redisTimeout, onError: String, onTimeout: () => redisSilent }
+        ).pipe(Effect.either)
         const state = Either.isRight(result) ? decodeState(result.right[5]) : Option.none()
         if (Either.isRight(result) && Option.isSome(state)) {
           if (degraded) yield* Effect.logInfo("Redis answers again: provider breakers are shared again")

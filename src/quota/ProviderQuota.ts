@@ -3,6 +3,7 @@ import * as S from "../config/Settings.js"
 import { quotaGrants, quotaLimitQps, quotaWaitSeconds } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
 import { Redis } from "../redis/Redis.js"
+import { promiseWithin } from "../runtime/timers.js"
 
 const quotaWaits = seriesBy(quotaWaitSeconds, "provider")
 const grants = seriesBy(quotaGrants, "provider")
@@ -171,14 +172,16 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
 
     let degraded = false
     let lastWarning = -Infinity
+    const redisSilent = `no answer from Redis within ${Duration.format(redisTimeout)}`
     /** Runs a Redis call; None (after a rate-limited warning) when it fails or is slow, so the caller goes local. */
     const viaRedis = <A>(call: (c: QuotaCommands) => Promise<A>) =>
       Effect.gen(function*() {
         if (Option.isNone(redis)) return Option.none<A>()
-        const result = yield* Effect.tryPromise({ try: () => call(redis.value), catch: (e) => String(e) }).pipe(
-          Effect.timeout(redisTimeout),
-          Effect.either
-        )
+        const result = yield* promiseWithin(() => call(redis.value), {
+          timeout: redisTimeout,
+          onError: String,
+          onTimeout: () => redisSilent
+        }).pipe(Effect.either)
         if (Either.isRight(result)) {
           if (degraded) yield* Effect.logInfo("Redis answers again: provider quotas are shared again")
           degraded = false
