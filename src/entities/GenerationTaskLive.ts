@@ -94,18 +94,27 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
             return yield* new VersionConflict({ taskId, expected: state.task.version })
           }
         )
+        /** A decision of the lifecycle's own poll: the lifecycle is running, nothing to wake. */
+        const applyOwn = (decide: (state: TaskState, now: Date) => Outcome) =>
+          decisions.withPermits(1)(applyOnce(decide))
         const apply = (decide: (state: TaskState, now: Date) => Outcome) =>
-          decisions.withPermits(1)(applyOnce(decide)).pipe(
+          applyOwn(decide).pipe(
             Effect.tap((res) => {
               if (res.outcome === "changed") changed.notify()
             })
           )
 
-        const observe = (observation: ProviderObservation) =>
+        /**
+         * An observation through `decide`: `apply` for a webhook's (its change wakes the lifecycle), `applyOwn` for
+         * the lifecycle's own poll. A poll's change raised the signal too, so the lifecycle, which made it, ran one
+         * more step at once and found a change again when it went idle: two steps more for every poll that moved a
+         * task (its progress, say).
+         */
+        const observeWith = (decideWith: typeof apply) => (observation: ProviderObservation) =>
           Effect.gen(function*() {
             // whether the committed decision gave an attempt with no provider task id yet (an unknown submit) its job
             let binds = false
-            const res = yield* apply((s, now) => {
+            const res = yield* decideWith((s, now) => {
               const outcome = transition(s.task, s.attempt, observation, now)
               binds = outcome._tag === "Changed" && s.attempt !== null && s.attempt.providerTaskId === null &&
                 outcome.change.attempt?.providerTaskId != null
@@ -123,6 +132,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
             }
             return res
           }).pipe(Effect.annotateLogs({ task_id: taskId, trace_id: observation.traceId }))
+        const observe = observeWith(apply)
 
         let failures = 0
         // starting and stopping the lifecycle are one step each: a handler that starts it never sees it half-stopped
@@ -133,7 +143,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
           taskId,
           current,
           apply,
-          observe,
+          observe: observeWith(applyOwn),
           waitForChange: changed.wait,
           // the schedule read with the task: a build for a poll (a parked task's wake) claims its lease at once
           scheduleMemo: Option.isSome(loaded) && loaded.value.attempt !== null && loaded.value.schedule !== null

@@ -13,7 +13,7 @@ import type { ProviderBreaker } from "../quota/ProviderBreaker.js"
 import type { ProviderQuota } from "../quota/ProviderQuota.js"
 import type { AttemptId } from "../schema/ids.js"
 import { ProviderObservation } from "../schema/observation.js"
-import { type AttemptSnapshot, isTerminal, trusted } from "../schema/task.js"
+import { type AttemptSnapshot, isTerminal, type TaskStatus, trusted } from "../schema/task.js"
 import type { TaskHandle } from "./taskHandle.js"
 
 const polls = seriesBy(providerPolls, "provider", "outcome")
@@ -73,6 +73,10 @@ export const scheduleMemoOf = (
   schedule.nextPollAt === null || (schedule.pollLeaseUntil !== null && schedule.pollLeaseUntil.getTime() > now)
     ? null
     : { attemptId, nextPollAt: schedule.nextPollAt.getTime(), failures: schedule.pollFailures }
+
+/** Statuses whose lifecycle step is a poll (cancel_requested asks the provider first: TaskLifecycle.step). */
+const keepsPolling = (status: TaskStatus) =>
+  status === "submitted" || status === "running" || status === "provider_status_unknown"
 
 /** A poll's answer to the lifecycle: due, but its quota slot is further than TASK_IDLE_QUOTA_WAIT (go idle). */
 export const QUOTA_DEFERRED = -1
@@ -185,7 +189,9 @@ export const makePoller = ({ breaker, clients, config, quota, schedule }: Poller
         yield* schedule.finish(attempt.id, lease.value, { delayMs: delay, failed: false, error: null })
         held = null
         h.scheduleMemo = { attemptId: attempt.id, nextPollAt: yield* dueAfterFinish(delay), failures: 0 }
-        return isTerminal(res.task.status) || res.outcome === "changed" ? 0 : delay
+        // a change to another step (the output, a terminal state) is acted on at once; one that leaves the task
+        // polling (its progress) waits for the next poll like any other answer
+        return isTerminal(res.task.status) || (res.outcome === "changed" && !keepsPolling(res.task.status)) ? 0 : delay
       }
       const error = answer.left
       const delay = failureDelayMs(error, pollFailures + 1)

@@ -14,7 +14,10 @@ export interface TaskHandle {
   readonly taskId: TaskId
   readonly current: Effect.Effect<TaskState, TaskNotFound | StorageUnavailable>
   readonly apply: (decide: (s: TaskState, now: Date) => Outcome) => Effect.Effect<CommandResult, WriteError>
-  /** The same path as a webhook's observation: one transition function for both. */
+  /**
+   * The same path as a webhook's observation: one transition function for both. Made by the lifecycle itself (its
+   * poll), so its change does not end the lifecycle's next `waitForChange` nor keep it from settling.
+   */
   readonly observe: (o: ProviderObservation) => Effect.Effect<CommandResult, WriteError>
   /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task. */
   readonly waitForChange: (ms: number) => Effect.Effect<void>

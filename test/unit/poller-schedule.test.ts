@@ -30,7 +30,12 @@ const report: ProviderReport = {
 const start = (
   observeMs: number,
   memo: TaskHandle["scheduleMemo"] = null,
-  options: { readonly granted?: boolean; readonly breaker?: PollerDeps["breaker"] } = {}
+  options: {
+    readonly granted?: boolean
+    readonly breaker?: PollerDeps["breaker"]
+    /** the task's status after each observation's commit (default: still running) */
+    readonly observed?: string
+  } = {}
 ) =>
   Effect.gen(function*() {
     let nextPollAt = 0
@@ -94,17 +99,28 @@ const start = (
       // the observation's commit waits its turn in the group commit (seconds under load)
       observe: () =>
         Effect.sleep(Duration.millis(observeMs)).pipe(
-          Effect.as({ outcome: "changed", reason: null, task: state.task } as unknown as CommandResult)
+          Effect.as(
+            {
+              outcome: "changed",
+              reason: null,
+              task: { ...state.task, status: options.observed ?? "running" }
+            } as unknown as CommandResult
+          )
         ),
       scheduleMemo: memo,
       granted: options.granted ?? false,
       traceId: "trace"
     } as unknown as TaskHandle
+    // what each poll answered (how soon to look again)
+    const answers: Array<number> = []
     // the lifecycle's loop, without the rest of the task: poll, then wait as long as the poll said
     const fiber = yield* Effect.fork(Effect.forever(
-      Effect.flatMap(poller.poll(handle, state), (ms) => ms > 0 ? Effect.sleep(Duration.millis(ms)) : Effect.yieldNow())
+      Effect.flatMap(
+        Effect.tap(poller.poll(handle, state), (ms) => Effect.sync(() => answers.push(ms))),
+        (ms) => ms > 0 ? Effect.sleep(Duration.millis(ms)) : Effect.yieldNow()
+      )
     ))
-    return { counts, handle, stop: Fiber.interrupt(fiber) }
+    return { answers, counts, handle, stop: Fiber.interrupt(fiber) }
   })
 
 describe("the poller's schedule on the test clock", () => {
@@ -163,6 +179,22 @@ describe("the poller's schedule on the test clock", () => {
       // before: a task woken for its poll read its schedule a second time, right after its load had read the row
       expect(counts.gets).toBe(0)
       expect(counts.claims).toBe(1)
+    }))
+
+  it.effect("a poll that moved a running task answers its next poll's delay; one that moved it to another step, 0", () =>
+    Effect.gen(function*() {
+      const read = { nextPollAt: new Date(0), pollFailures: 0, pollLeaseUntil: null, cancelSentAt: null }
+      const progressed = yield* start(0, scheduleMemoOf("a1" as AttemptId, read, 0))
+      yield* TestClock.adjust(Duration.millis(1))
+      yield* progressed.stop
+      // before: 0 after every change, so the lifecycle ran a step at once only to find the next poll not due
+      expect(progressed.counts.queries).toBe(1)
+      expect(progressed.answers.length).toBe(1)
+      expect(progressed.answers[0]).toBeGreaterThan(0)
+      const succeeded = yield* start(0, scheduleMemoOf("a1" as AttemptId, read, 0), { observed: "provider_succeeded" })
+      yield* TestClock.adjust(Duration.millis(1))
+      yield* succeeded.stop
+      expect(succeeded.answers[0]).toBe(0)
     }))
 
   it("a read of the schedule that leaves the poll something to do first gives no memo", () => {

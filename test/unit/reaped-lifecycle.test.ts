@@ -11,19 +11,21 @@ import {
 } from "@effect/cluster"
 import { EntityNotAssignedToRunner } from "@effect/cluster/ClusterError"
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, Context, Duration, Effect, Fiber, Layer, Option, TestClock } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Fiber, Layer, Option, TestClock } from "effect"
+import type { Change } from "../../src/domain/transition.js"
 import { GenerationTask } from "../../src/entities/GenerationTask.js"
 import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
 import { sendKeepAlive } from "../../src/entities/inMemoryKeepAlive.js"
 import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
+import type { TaskHandle } from "../../src/entities/taskHandle.js"
 import { TaskLifecycle } from "../../src/entities/TaskLifecycle.js"
 import { wakeTask } from "../../src/entities/wakeTasks.js"
 import type { PollSchedule } from "../../src/persistence/AttemptSchedule.js"
 import { LateResults } from "../../src/persistence/LateResults.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
-import { ids, makeAttempt, makeTask } from "../support/fixtures.js"
+import { ids, makeAttempt, makeTask, observe } from "../support/fixtures.js"
 import { answerKeepAlive, isKeepAlive } from "../support/keepAlives.js"
 
 const POLL_EVERY = 2_000
@@ -93,6 +95,8 @@ const setup = (
     readonly finished?: boolean
     /** the attempt's poll schedule as the task's load reads it (none by default) */
     readonly schedule?: PollSchedule
+    /** the lifecycle's run in place of the stand-in poll loop */
+    readonly drive?: (h: TaskHandle) => Effect.Effect<void>
   } = {}
 ) =>
   Effect.gen(function*() {
@@ -111,7 +115,10 @@ const setup = (
       TaskStore.make({
         load: () =>
           Effect.delay(Effect.sync(() => (builds++, Option.some(state))), Duration.millis(options.loadMs ?? 0)),
-        fence: () => ({ epoch: 1 })
+        fence: () => ({ epoch: 1 }),
+        // every change commits: the task is what the change says
+        commit: (_: unknown, change: Change) =>
+          Effect.succeed({ _tag: "Committed", task: change.task, attempt: change.attempt })
       } as never)
     )
     const parked = makeParkedTasks()
@@ -120,7 +127,7 @@ const setup = (
       TaskLifecycle,
       TaskLifecycle.make({
         drive: (h) =>
-          Effect.gen(function*() {
+          options.drive !== undefined ? options.drive(h) : Effect.gen(function*() {
             while (true) {
               const now = yield* Clock.currentTimeMillis
               const due = h.scheduleMemo?.nextPollAt ?? now
@@ -166,7 +173,15 @@ const setup = (
       (id) => wakeTask(tasks, id, "idle-wake", true),
       (id) => sharding.hasShardId(sharding.getShardId(EntityId.make(id), "default"))
     ).pipe(Effect.forkScoped)
-    return { polls, builds: () => builds, start: wakeTask(tasks, ids.task, "test"), sharding, shardsLeft, parked }
+    return {
+      polls,
+      builds: () => builds,
+      start: wakeTask(tasks, ids.task, "test"),
+      tasks,
+      sharding,
+      shardsLeft,
+      parked
+    }
   })
 
 /** Moves the TestClock on in small steps, so that the cluster's fibers and the lifecycle run as time passes. */
@@ -266,5 +281,41 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       expect(polls).toEqual([])
       expect(parked.holds(ids.task, yield* Clock.currentTimeMillis)).toBe(true)
       expect(shardsLeft.take()).toEqual([])
+    }))
+})
+
+describe("a task entity's change signal and the lifecycle's own poll", () => {
+  it.scoped("the lifecycle's own observation does not wake it; a webhook's, meanwhile, keeps it from settling", () =>
+    Effect.gen(function*() {
+      const settled: Array<boolean> = []
+      const outcomes: Array<string> = []
+      const webhookIn = yield* Deferred.make<void>()
+      let runs = 0
+      const { start, tasks } = yield* setup({
+        keepAlives: true,
+        drive: (h) =>
+          Effect.gen(function*() {
+            if (++runs === 1) {
+              // its poll's answer moves the task (its progress): the change is its own
+              outcomes.push((yield* h.observe(observe("running", { progress: 40, seq: 1 }))).outcome)
+            } else {
+              // started again (below): a webhook moves the task while this run goes on
+              yield* Deferred.await(webhookIn)
+            }
+            settled.push(yield* h.settle)
+          }).pipe(Effect.orDie)
+      })
+      yield* Effect.fork(start)
+      yield* advance(1_000)
+      // before: its own change raised the signal, so it did not settle and ran on (two more steps a moved poll)
+      expect(outcomes).toEqual(["changed"])
+      expect(settled).toEqual([true])
+      yield* Effect.fork(start)
+      yield* advance(1_000)
+      const webhook = yield* tasks.send(ids.task, (c) => c.Observe(observe("running", { progress: 60, seq: 2 })))
+      expect(webhook.outcome).toBe("changed")
+      yield* Deferred.succeed(webhookIn, undefined)
+      yield* advance(1_000)
+      expect(settled).toEqual([true, false])
     }))
 })
