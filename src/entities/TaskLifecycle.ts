@@ -19,7 +19,7 @@ import { isTerminal } from "../schema/task.js"
 import { traced } from "../tracing/TraceId.js"
 import { makeOutputSteps } from "./outputSteps.js"
 import { makeParkedTasks, type Wake } from "./ParkedTasks.js"
-import { makePoller, QUOTA_DEFERRED } from "./poller.js"
+import { keepsPolling, makePoller, QUOTA_DEFERRED } from "./poller.js"
 import { makeShardsLeft } from "./shardsLeft.js"
 import { makeSubmitter } from "./submitter.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
@@ -91,8 +91,7 @@ export const LifecycleSettings = S.area("Lifecycle", "how a task is submitted, p
 /** States whose next step is a poll at next_poll_at: the entity may go idle while it waits (seed 12.8). */
 const isPolling = (s: TaskState) =>
   s.attempt !== null && s.attempt.providerTaskId !== null &&
-  (s.task.status === "submitted" || s.task.status === "running" || s.task.status === "provider_status_unknown" ||
-    s.task.status === "cancel_requested")
+  (keepsPolling(s.task.status) || s.task.status === "cancel_requested")
 
 /**
  * After a step of a task with an attempt (`delay`: what the step answered), whether the task parks, its entity going

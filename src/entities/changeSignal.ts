@@ -1,5 +1,5 @@
 import { type Clock, Deferred, Duration, Effect, Fiber } from "effect"
-import { isWallClock } from "../runtime/timers.js"
+import { isWallClock, timerMs } from "../runtime/timers.js"
 
 /**
  * A task entity's "the task changed" flag, and its lifecycle's wait for it: a wait ends at a change or after `ms`,
@@ -68,7 +68,7 @@ export const makeChangeSignal = () => {
           pending = false
           return Effect.void
         }
-        const bounded = Math.max(0, Math.min(ms, 2 ** 31 - 1))
+        const bounded = timerMs(ms)
         return Effect.clockWith((clock) => isWallClock(clock) ? onWallClock(bounded) : onClock(clock, bounded))
       })
   } as const

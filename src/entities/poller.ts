@@ -75,7 +75,7 @@ export const scheduleMemoOf = (
     : { attemptId, nextPollAt: schedule.nextPollAt.getTime(), failures: schedule.pollFailures }
 
 /** Statuses whose lifecycle step is a poll (cancel_requested asks the provider first: TaskLifecycle.step). */
-const keepsPolling = (status: TaskStatus) =>
+export const keepsPolling = (status: TaskStatus) =>
   status === "submitted" || status === "running" || status === "provider_status_unknown"
 
 /** A poll's answer to the lifecycle: due, but its quota slot is further than TASK_IDLE_QUOTA_WAIT (go idle). */

@@ -16,7 +16,8 @@ export const isWallClock = (clock: Clock.Clock): boolean => clock.sleep === wall
 /** Node's longest timer: a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1
 
-const timerMs = (d: Duration.Duration) => Math.max(0, Math.min(Duration.toMillis(d), MAX_TIMER_MS))
+/** `ms` as a Node timer can wait it: not below 0, not beyond the longest timer. */
+export const timerMs = (ms: number) => Math.max(0, Math.min(ms, MAX_TIMER_MS))
 
 /**
  * The promise `call()` makes, failing with `onError` when it rejects (or `call` throws) and with `onTimeout` when it
@@ -41,7 +42,10 @@ export const promiseWithin = <A, E>(
           clearTimeout(timer)
           resume(outcome)
         }
-        const timer = setTimeout(() => settle(Effect.fail(options.onTimeout())), timerMs(options.timeout))
+        const timer = setTimeout(
+          () => settle(Effect.fail(options.onTimeout())),
+          timerMs(Duration.toMillis(options.timeout))
+        )
         try {
           call().then((a) => settle(Effect.succeed(a)), (e) => settle(Effect.fail(options.onError(e))))
         } catch (e) {
@@ -76,7 +80,7 @@ export const awaitWithin = <A, E>(
         const timer = setTimeout(() => {
           fiber.removeObserver(observer)
           resume(Effect.fail(new Cause.TimeoutException(`no answer within ${Duration.format(timeout)}`)))
-        }, timerMs(timeout))
+        }, timerMs(Duration.toMillis(timeout)))
         fiber.addObserver(observer)
         return Effect.sync(() => {
           clearTimeout(timer)
