@@ -1,5 +1,6 @@
 import { Cause, Duration, Effect, Schedule } from "effect"
 import { backoffSchedule } from "../domain/backoff.js"
+import { retryAfterFailure } from "../runtime/retry.js"
 import { awaitWithin } from "../runtime/timers.js"
 import { TaskUnavailable } from "../schema/errors.js"
 import type { TaskId } from "../schema/ids.js"
@@ -17,15 +18,15 @@ export class TaskClient extends Effect.Service<TaskClient>()("TaskClient", {
       Schedule.upTo(Duration.seconds(10))
     )
 
-    const send = <A, E>(taskId: TaskId, f: (client: ReturnType<typeof makeClient>) => Effect.Effect<A, E>) =>
-      Effect.suspend(() => f(makeClient(taskId))).pipe(
+    const send = <A, E>(taskId: TaskId, f: (client: ReturnType<typeof makeClient>) => Effect.Effect<A, E>) => {
+      const attempt = Effect.suspend(() => f(makeClient(taskId))).pipe(
         Effect.catchAllDefect((defect) =>
           Effect.fail(new TaskUnavailable({ message: `delivery failed: ${Cause.pretty(Cause.die(defect))}` }))
         ),
-        Effect.catchIf(isTransport, (e) => Effect.fail(new TaskUnavailable({ message: String(e) }))),
-        Effect.retry({ while: (e) => e instanceof TaskUnavailable, schedule: retrySchedule }),
-        Effect.mapError((e) => e as Exclude<E, { readonly _tag: TransportTag }> | TaskUnavailable)
-      )
+        Effect.catchIf(isTransport, (e) => Effect.fail(new TaskUnavailable({ message: String(e) })))
+      ) as Effect.Effect<A, Exclude<E, { readonly _tag: TransportTag }> | TaskUnavailable>
+      return retryAfterFailure(attempt, { while: isUnavailable, schedule: retrySchedule })
+    }
 
     /**
      * `send`, waited for at most `within` (then TimeoutException); the message itself runs on to its end, a minute at
@@ -61,5 +62,6 @@ const transportTags: ReadonlySet<string> = new Set<TransportTag>([
   "AlreadyProcessingMessage",
   "PersistenceError"
 ])
+const isUnavailable = (e: unknown): e is TaskUnavailable => e instanceof TaskUnavailable
 const isTransport = (e: unknown): boolean =>
   typeof e === "object" && e !== null && "_tag" in e && transportTags.has(String(e._tag))

@@ -14,6 +14,7 @@ import { WriteFence } from "../persistence/WriteFence.js"
 import { ProviderClients } from "../providers/ProviderClients.js"
 import { ProviderBreaker } from "../quota/ProviderBreaker.js"
 import { ProviderQuota } from "../quota/ProviderQuota.js"
+import { retryAfterFailure } from "../runtime/retry.js"
 import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
 import { traced } from "../tracing/TraceId.js"
@@ -204,9 +205,10 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
     const drive = (h: TaskHandle): Effect.Effect<void> =>
       Effect.gen(function*() {
         while (true) {
-          const s = yield* h.current.pipe(
-            Effect.retry({ while: (e) => e._tag === "StorageUnavailable", schedule: Schedule.spaced("2 seconds") })
-          )
+          const s = yield* retryAfterFailure(h.current, {
+            while: (e) => e._tag === "StorageUnavailable",
+            schedule: Schedule.spaced("2 seconds")
+          })
           if (isTerminal(s.task.status) || s.task.status === "manual_review") return
           // READ_ONLY, MAINTENANCE: no provider query whose answer could not be written; looked at every second
           if (!(yield* fence.allows("polling"))) {

@@ -4,6 +4,7 @@ import * as S from "../config/Settings.js"
 import { domainEventOf, publicPayloadOf } from "../domain/taskEvents.js"
 import { taskTransitions } from "../observability/metrics.js"
 import { labelled } from "../observability/series.js"
+import { retryAfterFailure } from "../runtime/retry.js"
 import { AdmissionsThrottled, IdempotencyKeyReused, ProjectNotFound } from "../schema/errors.js"
 import type { ProjectId, ProviderName, TaskId, TenantId, UserId } from "../schema/ids.js"
 import type { TaskSnapshot } from "../schema/task.js"
@@ -124,15 +125,18 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
       if ((yield* backlog) > watermark) {
         return yield* new AdmissionsThrottled({ message: "the event backlog is too large: retry later" })
       }
-      return yield* insert(a).pipe(
-        Effect.retry({ while: (e) => e._tag === "LostKeyRace", schedule: Schedule.recurs(2) }),
-        Effect.tap((r) =>
-          r.created ? logStatusChange(null, r.task, { source: "api", traceId: a.traceId }) : Effect.void
-        ),
-        Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),
-        Effect.catchTag("SqlError", unavailable),
-        Effect.tap((r) => r.created ? Metric.increment(createdTransitions) : Effect.void)
-      )
+      return yield* retryAfterFailure(insert(a), {
+        while: (e) => e._tag === "LostKeyRace",
+        schedule: Schedule.recurs(2)
+      })
+        .pipe(
+          Effect.tap((r) =>
+            r.created ? logStatusChange(null, r.task, { source: "api", traceId: a.traceId }) : Effect.void
+          ),
+          Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),
+          Effect.catchTag("SqlError", unavailable),
+          Effect.tap((r) => r.created ? Metric.increment(createdTransitions) : Effect.void)
+        )
     })
 
     /** A task as its tenant may see it: another tenant's or another project's task does not exist. */
