@@ -125,18 +125,19 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
       if ((yield* backlog) > watermark) {
         return yield* new AdmissionsThrottled({ message: "the event backlog is too large: retry later" })
       }
-      return yield* retryAfterFailure(insert(a), {
+      // a lost race on the idempotency key is tried again (the winner's row is then found)
+      const inserted = retryAfterFailure(insert(a), {
         while: (e) => e._tag === "LostKeyRace",
         schedule: Schedule.recurs(2)
       })
-        .pipe(
-          Effect.tap((r) =>
-            r.created ? logStatusChange(null, r.task, { source: "api", traceId: a.traceId }) : Effect.void
-          ),
-          Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),
-          Effect.catchTag("SqlError", unavailable),
-          Effect.tap((r) => r.created ? Metric.increment(createdTransitions) : Effect.void)
-        )
+      return yield* inserted.pipe(
+        Effect.tap((r) =>
+          r.created ? logStatusChange(null, r.task, { source: "api", traceId: a.traceId }) : Effect.void
+        ),
+        Effect.catchTag("LostKeyRace", () => Effect.dieMessage("idempotency key race did not settle")),
+        Effect.catchTag("SqlError", unavailable),
+        Effect.tap((r) => r.created ? Metric.increment(createdTransitions) : Effect.void)
+      )
     })
 
     /** A task as its tenant may see it: another tenant's or another project's task does not exist. */
