@@ -159,7 +159,9 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
     })
 
     const load = (taskId: TaskId): Effect.Effect<Option.Option<LoadedTask>, StorageUnavailable> =>
-      loads(taskId).pipe(Effect.catchTag("SqlError", unavailable))
+      loads(taskId).pipe(
+        Effect.catchTag("SqlError", (error) => unavailable(error).pipe(Effect.annotateLogs({ task_id: taskId })))
+      )
 
     const runBatch = (items: ReadonlyArray<CommitItem>) =>
       sql<CommitRow & { ord: number }>`SELECT * FROM commit_task_changes(${JSON.stringify(items)}::jsonb)`.pipe(
@@ -241,7 +243,12 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         trace_id: change.domainEvent.trace_id,
         domain_event: { ...change.domainEvent, event_id: eventId }
       })
-      if (Either.isLeft(result)) return yield* unavailable(result.left)
+      if (Either.isLeft(result)) {
+        // its callers annotate no line of theirs around a commit: the failure names its task and its work here
+        return yield* unavailable(result.left).pipe(
+          Effect.annotateLogs({ task_id: next.id, trace_id: change.domainEvent.trace_id })
+        )
+      }
       const row = result.right
       if (!row.fence_ok) {
         const { mode } = fence.view()

@@ -224,6 +224,24 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
         expect(logged((l) => l.task_id === taskId && l.to === "provider_succeeded")).toMatchObject([
           { trace_id: traceId, source: "webhook", version: 2 }
         ])
+        // a contradicting webhook (failed after success): the entity's own line names the task and that webhook's trace
+        const contradiction = hex(16)
+        const failed = openaiEvent(videoId, "video.failed")
+        const refused = yield* client.execute(
+          HttpClientRequest.post("/webhooks/openai").pipe(
+            HttpClientRequest.setHeaders({
+              ...openAISigner(OPENAI_TEST_SECRET)(failed),
+              traceparent: traceparent(contradiction)
+            }),
+            HttpClientRequest.bodyText(failed, "application/json")
+          )
+        ).pipe(Effect.orDie)
+        expect(refused.status).toBe(204)
+        const conflictLines = yield* eventually(
+          Effect.sync(() => logged((l) => l.message === "contradictory provider observation sent to reconciliation")),
+          (found) => found.some((l) => l.task_id === taskId)
+        )
+        expect(conflictLines.filter((l) => l.task_id === taskId)).toMatchObject([{ trace_id: contradiction }])
         // without a traceparent, the trace id the gateway answered with is the one stored
         const other = `video_${uuid()}`
         yield* submittedTask("openai", other)
