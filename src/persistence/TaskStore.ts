@@ -244,7 +244,8 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
         domain_event: { ...change.domainEvent, event_id: eventId }
       })
       if (Either.isLeft(result)) {
-        // its callers annotate no line of theirs around a commit: the failure names its task and its work here
+        // an entity's Observe puts no log annotation around its commit (GenerationTaskLive's logKeys): the failure
+        // line names its task and its work itself
         return yield* unavailable(result.left).pipe(
           Effect.annotateLogs({ task_id: next.id, trace_id: change.domainEvent.trace_id })
         )
