@@ -38,6 +38,19 @@ const hex = (bytes: number) => randomBytes(bytes).toString("hex")
 const plainClient = Effect.map(HttpClient.HttpClient, (c) => HttpClient.withTracerPropagation(c, false))
 const traceparent = (traceId: string) => `00-${traceId}-${hex(8)}-01`
 
+/** A signed OpenAI webhook with `body`, sent with a traceparent naming `traceId` when one is given. */
+const postWebhook = (body: string, traceId?: string) =>
+  Effect.flatMap(plainClient, (client) =>
+    client.execute(
+      HttpClientRequest.post("/webhooks/openai").pipe(
+        HttpClientRequest.setHeaders({
+          ...openAISigner(OPENAI_TEST_SECRET)(body),
+          ...(traceId === undefined ? {} : { traceparent: traceparent(traceId) })
+        }),
+        HttpClientRequest.bodyText(body, "application/json")
+      )
+    )).pipe(Effect.orDie)
+
 const token = Effect.flatMap(
   TokenSigner,
   (s) => s.sign({ tenant_id: tenant, sub: uuid() as UserId, projects: [project] })
@@ -199,16 +212,7 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
         )
         const traceId = hex(16)
         const body = openaiEvent(videoId)
-        const client = yield* plainClient
-        const res = yield* client.execute(
-          HttpClientRequest.post("/webhooks/openai").pipe(
-            HttpClientRequest.setHeaders({
-              ...openAISigner(OPENAI_TEST_SECRET)(body),
-              traceparent: traceparent(traceId)
-            }),
-            HttpClientRequest.bodyText(body, "application/json")
-          )
-        ).pipe(Effect.orDie)
+        const res = yield* postWebhook(body, traceId)
         expect(res.status).toBe(204)
         expect(res.headers["x-trace-id"]).toBe(traceId)
 
@@ -227,15 +231,7 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
         // a contradicting webhook (failed after success): the entity's own line names the task and that webhook's trace
         const contradiction = hex(16)
         const failed = openaiEvent(videoId, "video.failed")
-        const refused = yield* client.execute(
-          HttpClientRequest.post("/webhooks/openai").pipe(
-            HttpClientRequest.setHeaders({
-              ...openAISigner(OPENAI_TEST_SECRET)(failed),
-              traceparent: traceparent(contradiction)
-            }),
-            HttpClientRequest.bodyText(failed, "application/json")
-          )
-        ).pipe(Effect.orDie)
+        const refused = yield* postWebhook(failed, contradiction)
         expect(refused.status).toBe(204)
         const conflictLines = yield* eventually(
           Effect.sync(() => logged((l) => l.message === "contradictory provider observation sent to reconciliation")),
@@ -246,12 +242,7 @@ describe.skipIf(noDatabase)("trace ids: request → task event → SSE frame →
         const other = `video_${uuid()}`
         yield* submittedTask("openai", other)
         const plain = openaiEvent(other)
-        const answered = yield* client.execute(
-          HttpClientRequest.post("/webhooks/openai").pipe(
-            HttpClientRequest.setHeaders(openAISigner(OPENAI_TEST_SECRET)(plain)),
-            HttpClientRequest.bodyText(plain, "application/json")
-          )
-        ).pipe(Effect.orDie)
+        const answered = yield* postWebhook(plain)
         expect(answered.status).toBe(204)
         const [stored] = yield* sql<{ trace_id: string }>`
           SELECT trace_id FROM provider_callback_inbox WHERE provider = 'openai' AND provider_task_id = ${other}`
