@@ -59,8 +59,9 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
         })
 
         /**
-         * The task's log keys, and the work's trace id when the caller names it: put on this entity's rare log lines
-         * themselves, not around each observation (an `annotateLogs` around every Observe cost ~0.03 ms of CPU).
+         * The task's log keys, and the work's trace id when the caller names it: around a handler's work (Recheck,
+         * Resolve, Cancel), and on an Observe's rare log lines themselves, not around each observation (an
+         * `annotateLogs` around every Observe cost ~0.03 ms of CPU).
          */
         const logKeys = (traceId: string | undefined) =>
           Effect.annotateLogs(traceId === undefined ? { task_id: taskId } : { task_id: taskId, trace_id: traceId })
@@ -302,7 +303,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
               Effect.zipRight(Effect.sync(changed.notify)),
               Effect.zipRight(startLifecycle),
               Effect.asVoid,
-              Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
+              logKeys(payload.traceId)
             ),
           Resolve: ({ payload }) =>
             apply((s, now) =>
@@ -320,11 +321,11 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
                   )
                   : Effect.void
               ),
-              Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId })
+              logKeys(payload.traceId)
             ),
           Cancel: ({ payload }) =>
             apply((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
-              .pipe(Effect.tap(wakeOnChange), Effect.annotateLogs({ task_id: taskId, trace_id: payload.traceId }))
+              .pipe(Effect.tap(wakeOnChange), logKeys(payload.traceId))
         }
       }),
       { maxIdleTime: entityIdleTime }
