@@ -65,7 +65,7 @@ const acknowledgedVersions = (taskIds: ReadonlyArray<string>) =>
     return [id, [...new Set(versions)]]
   }))
 
-describe.skipIf(noDatabase)("outbox relay: batches, sending overlapped with marking", () => {
+describe.skipIf(noDatabase)("outbox relay: batches, each marked in the statement that reads the next", () => {
   layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("a batch the queue refuses is not marked and is sent again until acknowledged: nothing is lost", () =>
       Effect.gen(function*() {
