@@ -14,8 +14,8 @@ import { makeChangeSignal } from "./changeSignal.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { makeInMemoryKeepAlive } from "./inMemoryKeepAlive.js"
 import { countObservation, countUnknownSubmitBound, recordLateResult } from "./observationMetrics.js"
-import { plainWakesSkipped } from "./ParkedTasks.js"
-import { scheduleMemoOf } from "./poller.js"
+import { changeWakesSkipped, plainWakesSkipped } from "./ParkedTasks.js"
+import { keepsPolling, scheduleMemoOf } from "./poller.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { LifecycleSettings, TaskLifecycle } from "./TaskLifecycle.js"
 
@@ -110,16 +110,31 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
         /** A decision of the lifecycle's own poll: the lifecycle is running, nothing to wake. */
         const applyOwn = (decide: (state: TaskState, now: Date) => Outcome, traceId?: string) =>
           decisions.withPermits(1)(applyOnce(decide, traceId))
+        /**
+         * A decision of another path (a webhook, a cancel, an operator, or a lifecycle step other than its poll): its
+         * change wakes the lifecycle (`changed`) unless it leaves a polling task polling, and says whether it did.
+         */
+        const applyWaking = (decide: (state: TaskState, now: Date) => Outcome, traceId?: string) =>
+          Effect.gen(function*() {
+            const decided: { from: TaskStatus | null } = { from: null }
+            const res = yield* applyOwn((s, now) => {
+              decided.from = s.task.status
+              return decide(s, now)
+            }, traceId)
+            if (res.outcome !== "changed") return { res, woke: false }
+            if (decided.from !== null && keepsPolling(decided.from) && keepsPolling(res.task.status)) {
+              yield* Metric.increment(changeWakesSkipped)
+              return { res, woke: false }
+            }
+            changed.notify()
+            return { res, woke: true }
+          })
         const apply = (decide: (state: TaskState, now: Date) => Outcome, traceId?: string) =>
-          applyOwn(decide, traceId).pipe(
-            Effect.tap((res) => {
-              if (res.outcome === "changed") changed.notify()
-            })
-          )
+          Effect.map(applyWaking(decide, traceId), ({ res }) => res)
 
         /**
-         * An observation through `decide`: `apply` for a webhook's (its change wakes the lifecycle), `applyOwn` for
-         * the lifecycle's own poll. A poll's change raised the signal too, so the lifecycle, which made it, ran one
+         * An observation through `decide`: `applyAndWake` for a webhook's (its change wakes the lifecycle), `applyOwn`
+         * for the lifecycle's own poll. A poll's change raised the signal too, so the lifecycle, which made it, ran one
          * more step at once and found a change again when it went idle: two steps more for every poll that moved a
          * task (its progress, say).
          */
@@ -152,8 +167,6 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
             }
             return res
           })
-        const observe = observeWith(apply)
-
         let failures = 0
         // starting and stopping the lifecycle are one step each: a handler that starts it never sees it half-stopped
         const lifecycleLock = yield* Effect.makeSemaphore(1)
@@ -269,16 +282,23 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
         })
         yield* startUnlessParked
         /**
-         * After a handler changed the task: a lifecycle that went idle starts again (a running one already woke up).
-         * Only an idle one: a lifecycle that ended otherwise (a terminal task, or none to drive) is not restarted by
-         * every change, which cost a persisted keep-alive per transition (bench:transitions 278/s against ~550/s).
-         * Looked at under the lifecycle's lock: a lifecycle settling holds it across its keep-alive's release, and a change
-         * seen in that window as "not settled yet" was never acted on (a cancel waited for the next poll: idle-tasks).
+         * A handler's decision (a webhook's, a cancel's): after a change that woke the lifecycle (applyWaking), a
+         * lifecycle that went idle starts again (a running one already woke up). Only an idle one: a lifecycle that
+         * ended otherwise (a terminal task, or none to drive) is not restarted by every change, which cost a persisted
+         * keep-alive per transition (bench:transitions 278/s against ~550/s). Looked at under the lifecycle's lock: a
+         * lifecycle settling holds it across its keep-alive's release, and a change seen in that window as "not
+         * settled yet" was never acted on (a cancel waited for the next poll: idle-tasks). A change that leaves a
+         * polling task polling (a webhook's "running", its progress) starts nothing: a parked task stays parked.
          */
-        const wakeOnChange = (res: CommandResult) =>
-          res.outcome === "changed"
-            ? lifecycleLock.withPermits(1)(Effect.suspend(() => (run.settled ? startLifecycleLocked : Effect.void)))
-            : Effect.void
+        const applyAndWake = (decide: (state: TaskState, now: Date) => Outcome, traceId?: string) =>
+          Effect.flatMap(applyWaking(decide, traceId), ({ res, woke }) =>
+            woke
+              ? Effect.as(
+                lifecycleLock.withPermits(1)(Effect.suspend(() => (run.settled ? startLifecycleLocked : Effect.void))),
+                res
+              )
+              : Effect.succeed(res))
+        const observe = observeWith(applyAndWake)
 
         return {
           Start: ({ payload }) =>
@@ -293,7 +313,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
               return s.task
             }),
           GetSnapshot: () => Effect.map(current, (s) => s.task),
-          Observe: ({ payload }) => Effect.tap(observe(payload), wakeOnChange),
+          Observe: ({ payload }) => observe(payload),
           Recheck: ({ payload }) =>
             lifecycle.recheck(payload.attemptId).pipe(
               Effect.zipRight(Effect.sync(() => {
@@ -324,8 +344,8 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
               logKeys(payload.traceId)
             ),
           Cancel: ({ payload }) =>
-            apply((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
-              .pipe(Effect.tap(wakeOnChange), logKeys(payload.traceId))
+            applyAndWake((s, now) => requestCancel(s.task, s.attempt, now, { source: "api", traceId: payload.traceId }))
+              .pipe(logKeys(payload.traceId))
         }
       }),
       { maxIdleTime: entityIdleTime }

@@ -6,7 +6,7 @@ import { Duration, Effect, Fiber, Layer, Metric, Schedule } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { plainWakesSkipped, tasksParked } from "../../src/entities/ParkedTasks.js"
+import { changeWakesSkipped, plainWakesSkipped, tasksParked } from "../../src/entities/ParkedTasks.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
@@ -162,6 +162,28 @@ describe.skipIf(noDatabase)("idle task entities woken by messages", () => {
         expect((yield* readyAt(t.taskId)).getTime()).toBeLessThan(next_poll_at!.getTime())
         expect(simulator.queriesOf(provider_task_id!)).toEqual([])
         expect(simulator.submissions(simulator.jobs().find((j) => j.id === provider_task_id)!.clientKey)).toBe(1)
+      }))
+
+    it.effect("a webhook that leaves a parked task polling (its \"running\") starts nothing; a cancel still does", () =>
+      Effect.gen(function*() {
+        const simulator = yield* Sim
+        // running ~1 s after the submission, done a minute later: the only webhook in the test is the "running" one
+        yield* simulator.setFaults({ jobDurationMs: 60_000, queuedShare: 0.02, dropWebhooks: 0 })
+        const skipped = (yield* Metric.value(changeWakesSkipped)).count
+        const t = yield* startTask("replicate")
+        const { provider_task_id } = yield* scheduledPoll(t.taskId)
+        yield* waitForStatus([t.taskId], ["running"], Duration.seconds(30))
+        // submitted → running leaves its next step the poll already scheduled: its lifecycle was not started for it
+        yield* until("the wake skipped", () => Effect.runSync(Metric.value(changeWakesSkipped)).count > skipped)
+        expect(parkedNow()).toBeGreaterThan(0)
+        expect(simulator.queriesOf(provider_task_id!)).toEqual([])
+        // a change of step wakes it at once: the cancel reaches the provider
+        yield* (yield* TaskClient).send(t.taskId, (c) => c.Cancel({ traceId: "test" }))
+        yield* until(
+          "provider cancel",
+          () => simulator.jobs().find((j) => j.id === provider_task_id)?.canceledAt != null
+        )
+        yield* waitForStatus([t.taskId], ["canceled"], Duration.seconds(30))
       }))
 
     it.effect("a plain Start (the sweeper's) leaves a parked task parked: no poll before it is due", () =>

@@ -11,12 +11,12 @@ import {
 } from "@effect/cluster"
 import { EntityNotAssignedToRunner } from "@effect/cluster/ClusterError"
 import { describe, expect, it } from "@effect/vitest"
-import { Clock, Context, Deferred, Duration, Effect, Fiber, Layer, Option, TestClock } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Fiber, Layer, Metric, Option, TestClock } from "effect"
 import type { Change } from "../../src/domain/transition.js"
 import { GenerationTask } from "../../src/entities/GenerationTask.js"
 import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
 import { sendKeepAlive } from "../../src/entities/inMemoryKeepAlive.js"
-import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
+import { changeWakesSkipped, makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import type { TaskHandle } from "../../src/entities/taskHandle.js"
@@ -285,37 +285,56 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
 })
 
 describe("a task entity's change signal and the lifecycle's own poll", () => {
-  it.scoped("the lifecycle's own observation does not wake it; a webhook's, meanwhile, keeps it from settling", () =>
-    Effect.gen(function*() {
-      const settled: Array<boolean> = []
-      const outcomes: Array<string> = []
-      const webhookIn = yield* Deferred.make<void>()
-      let runs = 0
-      const { start, tasks } = yield* setup({
-        keepAlives: true,
-        drive: (h) =>
+  it.scoped(
+    "the lifecycle's own observation does not wake it, nor a webhook's that leaves it polling; one that changes its " +
+      "step, meanwhile, keeps it from settling",
+    () =>
+      Effect.gen(function*() {
+        const settled: Array<boolean> = []
+        const outcomes: Array<string> = []
+        // each later run waits for its webhook to be in before it settles
+        const webhookIn = [yield* Deferred.make<void>(), yield* Deferred.make<void>()]
+        let runs = 0
+        const { start, tasks } = yield* setup({
+          keepAlives: true,
+          drive: (h) =>
+            Effect.gen(function*() {
+              if (++runs === 1) {
+                // its poll's answer moves the task (its progress): the change is its own
+                outcomes.push((yield* h.observe(observe("running", { progress: 40, seq: 1 }))).outcome)
+              } else {
+                // started again (below): a webhook moves the task while this run goes on
+                yield* Deferred.await(webhookIn[runs - 2]!)
+              }
+              settled.push(yield* h.settle)
+            }).pipe(Effect.orDie)
+        })
+        const runWith = (status: "running" | "succeeded", seq: number, progress?: number) =>
           Effect.gen(function*() {
-            if (++runs === 1) {
-              // its poll's answer moves the task (its progress): the change is its own
-              outcomes.push((yield* h.observe(observe("running", { progress: 40, seq: 1 }))).outcome)
-            } else {
-              // started again (below): a webhook moves the task while this run goes on
-              yield* Deferred.await(webhookIn)
-            }
-            settled.push(yield* h.settle)
-          }).pipe(Effect.orDie)
+            yield* Effect.fork(start)
+            yield* advance(1_000)
+            const webhook = yield* tasks.send(
+              ids.task,
+              (c) => c.Observe(observe(status, progress === undefined ? { seq } : { seq, progress }))
+            )
+            expect(webhook.outcome).toBe("changed")
+            yield* Deferred.succeed(webhookIn[seq - 2]!, undefined)
+            yield* advance(1_000)
+          })
+        yield* Effect.fork(start)
+        yield* advance(1_000)
+        // before: its own change raised the signal, so it did not settle and ran on (two more steps a moved poll)
+        expect(outcomes).toEqual(["changed"])
+        expect(settled).toEqual([true])
+        const skipped = (yield* Metric.value(changeWakesSkipped)).count
+        // a webhook's progress leaves the task polling, its next step the poll already scheduled: it settles
+        yield* runWith("running", 2, 60)
+        expect(settled).toEqual([true, true])
+        expect((yield* Metric.value(changeWakesSkipped)).count).toBe(skipped + 1)
+        // a webhook's success is a step of its own (the output): the lifecycle runs on for it
+        yield* runWith("succeeded", 3)
+        expect(settled).toEqual([true, true, false])
+        expect((yield* Metric.value(changeWakesSkipped)).count).toBe(skipped + 1)
       })
-      yield* Effect.fork(start)
-      yield* advance(1_000)
-      // before: its own change raised the signal, so it did not settle and ran on (two more steps a moved poll)
-      expect(outcomes).toEqual(["changed"])
-      expect(settled).toEqual([true])
-      yield* Effect.fork(start)
-      yield* advance(1_000)
-      const webhook = yield* tasks.send(ids.task, (c) => c.Observe(observe("running", { progress: 60, seq: 2 })))
-      expect(webhook.outcome).toBe("changed")
-      yield* Deferred.succeed(webhookIn, undefined)
-      yield* advance(1_000)
-      expect(settled).toEqual([true, false])
-    }))
+  )
 })
