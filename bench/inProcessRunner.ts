@@ -1,6 +1,6 @@
 /**
- * The in-process runner of bench:transitions and bench:entity-stop: one runner holding every shard (no lifecycle, the
- * in-process queue) on a PostgreSQL database, with an entity whose handler does nothing beside the task entities (the
+ * The in-process runner of bench:transitions and bench:entity-stop: one runner holding every shard (no lifecycle unless
+ * asked for, the in-process queue) on a PostgreSQL database, with an entity whose handler does nothing beside the task entities (the
  * cluster's own share of any figure).
  */
 import { Entity } from "@effect/cluster"
@@ -8,7 +8,7 @@ import { Rpc } from "@effect/rpc"
 import { Effect, Layer, Redacted, Schema } from "effect"
 import { layerPostgres } from "../src/persistence/Database.js"
 import { layerPropagationMemory } from "../src/propagation/Propagation.js"
-import { layerRunnerWith, layerStores } from "../src/runners/Runner.js"
+import { layerLifecycle, layerRunnerWith, layerStores } from "../src/runners/Runner.js"
 import { RunnerConfig } from "../src/runners/RunnerConfig.js"
 import { layerLifecycleDisabled } from "../src/testing/TestRunner.js"
 
@@ -18,10 +18,17 @@ export const Echo = Entity.make("BenchEcho", [
 ])
 const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.succeed(payload.n + 1) }))
 
-/** The runner's layers (task entities and Echo) on the database at `url`, its pool of `pool` connections. */
-export const inProcessRunner = (url: string, pool: number) =>
+/**
+ * The runner's layers (task entities and Echo) on the database at `url`, its pool of `pool` connections; with
+ * `lifecycle`, the runner's own task lifecycle (else none: the entities only commit what they are sent).
+ */
+export const inProcessRunner = (url: string, pool: number, options: { readonly lifecycle?: boolean } = {}) =>
   Effect.map(RunnerConfig, (c) => {
     const database = layerPostgres({ url: Redacted.make(url), maxConnections: pool, applicationName: "bench" })
-    const runner = layerRunnerWith(c, layerLifecycleDisabled, layerPropagationMemory)
+    const runner = layerRunnerWith(
+      c,
+      options.lifecycle === true ? layerLifecycle : layerLifecycleDisabled,
+      layerPropagationMemory
+    )
     return Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(Layer.provideMerge(layerStores(database)))
   })

@@ -8,6 +8,7 @@
  *   DATABASE_URL       admin URL; a fresh database is created and dropped
  */
 import { NodeRuntime } from "@effect/platform-node"
+import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import pg from "pg"
@@ -26,7 +27,16 @@ import { healthLine, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./su
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
 /** BENCH_ENTITY_ONLY=1: the entity path alone (for a CPU profile through BENCH_NODE_ARGS or node --cpu-prof). */
-const ENTITY_ONLY = process.env.BENCH_ENTITY_ONLY === "1"
+/**
+ * BENCH_LIFECYCLE=parked: the entity path alone with the runner's real lifecycle, each task in flight (submitted, its
+ * job known) with its next poll an hour away, so its lifecycle parks it; the observations are a webhook's "running"
+ * 5..95, changes that leave the task polling (what a parked task's lifecycle does about them).
+ */
+const PARKED = process.env.BENCH_LIFECYCLE === "parked"
+// the tasks wait queued (admitted for the "simulator" provider, which has no client) until they are put in flight:
+// the sweeper must not wake them meanwhile (nor the runner's shards being taken: below)
+if (PARKED) process.env.SWEEP_GRACE = "1 hour"
+const ENTITY_ONLY = process.env.BENCH_ENTITY_ONLY === "1" || PARKED
 const POOL = Number(process.env.DB_POOL_SIZE ?? 20)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
@@ -37,10 +47,13 @@ const history: ReadonlyArray<{ status: NormalizedStatus; progress: number | null
   { status: "succeeded", progress: null }
 ]
 
-/** The observation a provider reports at `step` of the history (status, progress, its sequence number). */
+/** What each task is sent: the history, or (BENCH_LIFECYCLE=parked) its "running" steps alone. */
+const walk = PARKED ? history.slice(1, -1) : history
+
+/** The observation a provider reports at `step` of the walk (status, progress, its sequence number). */
 const obs = (attemptId: AttemptId, step: number) =>
-  observation(attemptId, history[step]!.status, {
-    ...(history[step]!.progress === null ? {} : { progress: history[step]!.progress! }),
+  observation(attemptId, walk[step]!.status, {
+    ...(walk[step]!.progress === null ? {} : { progress: walk[step]!.progress! }),
     seq: step + 1,
     eventId: `${attemptId}-${step}`
   })
@@ -85,6 +98,19 @@ const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 const admitMany = (n: number) => Effect.forEach(Array.from({ length: n }), () => admitTask(), { concurrency: 16 })
 
 /**
+ * The tasks in flight as a submission leaves them (submitted, the provider's job known: the observations' job id),
+ * their next poll an hour away: written before any message builds their entities, which read them as they start.
+ */
+const inFlight = (tasks: ReadonlyArray<{ taskId: TaskId; attemptId: AttemptId }>) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.zipRight(
+      sql`UPDATE generation_tasks SET status = 'submitted' WHERE id IN ${sql.in(tasks.map((t) => t.taskId))}`,
+      sql`UPDATE task_attempts SET provider_task_id = 'job-' || id, submit_state = 'SUBMITTED',
+            next_poll_at = now() + interval '1 hour'
+          WHERE id IN ${sql.in(tasks.map((t) => t.attemptId))}`
+    )).pipe(Effect.orDie)
+
+/**
  * Every task walks its history, one outstanding request per task; returns transitions/s and latencies, and the p99 of
  * the later steps alone (`p99Later`): each round's tasks are new, so every task's first message also builds its entity
  * (200 at once when a round starts), and those 200 of its 4,200 latencies alone can make the p99.
@@ -100,7 +126,7 @@ const measure = <R>(
     const cpu = process.cpuUsage()
     yield* Effect.forEach(tasks, (t) =>
       Effect.gen(function*() {
-        for (let step = 0; step < history.length; step++) {
+        for (let step = 0; step < walk.length; step++) {
           const t0 = performance.now()
           yield* apply(t, step)
           latencies.push(performance.now() - t0)
@@ -165,9 +191,12 @@ const program = Effect.gen(function*() {
   )
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
-  const stack = yield* inProcessRunner(url.toString(), POOL)
+  const stack = yield* inProcessRunner(url.toString(), POOL, { lifecycle: PARKED })
 
   yield* Effect.gen(function*() {
+    // the runner takes its shards in its first seconds, and the tasks of each shard it takes are woken then
+    // (ResumeOnAcquire): a task still queued would be submitted, to no client
+    if (PARKED) yield* Effect.sleep("10 seconds")
     const entity: Array<{ perSecond: number; p50: number; p99: number; p99Later: number; cpuMs: number }> = []
     const ceiling: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
     const floor: Array<{ perSecond: number; p50: number; p99: number; cpuMs: number }> = []
@@ -181,12 +210,13 @@ const program = Effect.gen(function*() {
     }))
     for (let round = 1; round <= ROUNDS; round++) {
       const entityTasks = yield* admitMany(TASKS)
+      if (PARKED) yield* inFlight(entityTasks)
       // built a task at a time with a yield between (4,200 Schema constructions in one go stall the loop for 1–3 s
       // on this machine, which the lag figures would count against the entity)
       const observations = new Map(
         yield* Effect.forEach(entityTasks, (t) =>
           Effect.zipLeft(
-            Effect.sync(() => [t.taskId, history.map((_, step) => obs(t.attemptId, step))] as const),
+            Effect.sync(() => [t.taskId, walk.map((_, step) => obs(t.attemptId, step))] as const),
             Effect.yieldNow()
           ))
       )
