@@ -272,7 +272,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
         /**
          * A Start without a quota slot (the sweeper's, a resume), or any first message: the lifecycle starts unless
          * this runner holds the task parked (ParkedTasks.holds), whose own wake brings the slot. The entity then
-         * stays idle, as if it had settled: a change a handler makes starts it (wakeOnChange).
+         * stays idle, as if it had settled: a change of step a handler makes starts it (applyAndWake).
          */
         const startUnlessParked = Effect.gen(function*() {
           if (driving || !lifecycle.parked.holds(taskId, yield* Clock.currentTimeMillis)) return yield* startLifecycle
