@@ -3,7 +3,7 @@ import * as B from "../domain/breaker.js"
 import { breakerFallback, breakerRefused, breakerState, breakerTransitions } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
 import { Redis } from "../redis/Redis.js"
-import { promiseWithin } from "../runtime/timers.js"
+import { makeSharedOrLocal } from "../redis/sharedOrLocal.js"
 import { CREDENTIAL, makeBreakerAdmin } from "./breakerAdmin.js"
 import { BREAKER_STEP, decodeState } from "./breakerScript.js"
 import { BreakerSettings } from "./breakerSettings.js"
@@ -39,7 +39,6 @@ const code = { closed: 0, half_open: 1, open: 2 } as const
 const states = seriesBy(breakerState, "provider", "model")
 const refusals = seriesBy(breakerRefused, "provider", "model", "call")
 const transitions = seriesBy(breakerTransitions, "provider", "model", "to")
-const WARN_EVERY_MS = 30_000
 
 /**
  * Provider breakers (seed 19.6.3): one per provider and model, shared by every runner through Redis (one Lua step
@@ -66,44 +65,32 @@ export class ProviderBreaker extends Effect.Service<ProviderBreaker>()("Provider
     })
     const prefix = `${keyPrefix}breaker:`
     const keyOf = (r: Route) => `${prefix}${r.provider}/${r.model}`
-    const redisSilent = `no answer from Redis within ${Duration.format(s.redisTimeout)}`
     const local = new Map<string, B.BreakerState>()
     const credentials = new Map<string, { readonly since: number; readonly until: number }>()
 
-    let degraded = false
-    let lastWarning = -Infinity
-    const viaRedis = (route: Route, op: Op, now: number, fault: boolean, probe: boolean) =>
-      Effect.gen(function*() {
-        if (Option.isNone(redis)) return Option.none<Outcome>()
-        const args = [op, now, config.errorRate, config.minCalls, config.windowMs, config.openForMs, config.openMaxMs]
-        const more = [config.probes, config.probeTimeoutMs, route.provider, route.model, fault ? 1 : 0, probe ? 1 : 0]
-        const result = yield* promiseWithin(
-          () => redis.value.providerBreakerStep(keyOf(route), ...args, ...more, B.BUCKETS),
-          { timeout: s.redisTimeout, onError: String, onTimeout: () => redisSilent }
-        ).pipe(Effect.either)
-        const state = Either.isRight(result) ? decodeState(result.right[5]) : Option.none()
-        if (Either.isRight(result) && Option.isSome(state)) {
-          if (degraded) yield* Effect.logInfo("Redis answers again: provider breakers are shared again")
-          degraded = false
-          const [admitted, isProbe, wait, , from] = result.right
-          return Option.some<Outcome>({
+    const sharedOrLocal = makeSharedOrLocal({
+      client: redis,
+      timeout: s.redisTimeout,
+      degraded: "Redis unavailable: provider breakers fall back to this runner's own",
+      recovered: "Redis answers again: provider breakers are shared again",
+      onLocal: Metric.increment(breakerFallback)
+    })
+    /** The step on the state every runner shares: None (the caller goes local) without a readable answer. */
+    const viaRedis = (route: Route, op: Op, now: number, fault: boolean, probe: boolean) => {
+      const args = [op, now, config.errorRate, config.minCalls, config.windowMs, config.openForMs, config.openMaxMs]
+      const more = [config.probes, config.probeTimeoutMs, route.provider, route.model, fault ? 1 : 0, probe ? 1 : 0]
+      return sharedOrLocal(
+        (c) => c.providerBreakerStep(keyOf(route), ...args, ...more, B.BUCKETS),
+        ([admitted, isProbe, wait, , from, json]) =>
+          Option.map(decodeState(json), (state): Outcome => ({
             admitted: admitted === 1,
             probe: isProbe === 1,
             waitMs: Number(wait),
-            state: state.value,
+            state,
             from: from === "" ? null : from as B.BreakerStateName
-          })
-        }
-        degraded = true
-        yield* Metric.increment(breakerFallback)
-        if (now - lastWarning >= WARN_EVERY_MS) {
-          lastWarning = now
-          yield* Effect.logWarning("Redis unavailable: provider breakers fall back to this runner's own").pipe(
-            Effect.annotateLogs({ error: Either.isLeft(result) ? String(result.left) : "unreadable breaker state" })
-          )
-        }
-        return Option.none<Outcome>()
-      })
+          }))
+      )
+    }
 
     const viaLocal = (route: Route, op: Op, now: number, fault: boolean, probe: boolean): Outcome => {
       const st = local.get(keyOf(route)) ?? B.closedState(route.provider, route.model, now)

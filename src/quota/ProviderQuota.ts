@@ -1,9 +1,9 @@
-import { Clock, Duration, Effect, Either, Metric, Option, Schedule } from "effect"
+import { Clock, Duration, Effect, Metric, Option, Schedule } from "effect"
 import * as S from "../config/Settings.js"
 import { quotaGrants, quotaLimitQps, quotaWaitSeconds } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
 import { Redis } from "../redis/Redis.js"
-import { promiseWithin } from "../runtime/timers.js"
+import { makeSharedOrLocal } from "../redis/sharedOrLocal.js"
 
 const quotaWaits = seriesBy(quotaWaitSeconds, "provider")
 const grants = seriesBy(quotaGrants, "provider")
@@ -53,8 +53,6 @@ interface QuotaCommands {
 }
 
 type Levels<A> = readonly [A, A, A]
-
-const WARN_EVERY_MS = 30_000
 
 export const QuotaSettings = S.area("Quota", "query rates at the providers, shared by all runners through Redis", {
   globalQps: S.positiveNumber("QUOTA_GLOBAL_QPS", "provider queries per second, all providers together", 1000),
@@ -170,33 +168,14 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
       for (const [key, tat] of local) if (tat < now) local.delete(key)
     }).pipe(Effect.repeat(Schedule.spaced(Duration.minutes(1))), Effect.forkScoped)
 
-    let degraded = false
-    let lastWarning = -Infinity
-    const redisSilent = `no answer from Redis within ${Duration.format(redisTimeout)}`
-    /** Runs a Redis call; None (after a rate-limited warning) when it fails or is slow, so the caller goes local. */
-    const viaRedis = <A>(call: (c: QuotaCommands) => Promise<A>) =>
-      Effect.gen(function*() {
-        if (Option.isNone(redis)) return Option.none<A>()
-        const result = yield* promiseWithin(() => call(redis.value), {
-          timeout: redisTimeout,
-          onError: String,
-          onTimeout: () => redisSilent
-        }).pipe(Effect.either)
-        if (Either.isRight(result)) {
-          if (degraded) yield* Effect.logInfo("Redis answers again: provider quotas are shared again")
-          degraded = false
-          return Option.some(result.right)
-        }
-        degraded = true
-        const now = yield* Clock.currentTimeMillis
-        if (now - lastWarning >= WARN_EVERY_MS) {
-          lastWarning = now
-          yield* Effect.logWarning("Redis unavailable: provider quotas fall back to a conservative local share").pipe(
-            Effect.annotateLogs({ error: String(result.left), local_share: share })
-          )
-        }
-        return Option.none<A>()
-      })
+    /** A Redis call; None (the caller goes local) when Redis fails or is slow. */
+    const viaRedis = makeSharedOrLocal({
+      client: redis,
+      timeout: redisTimeout,
+      degraded: "Redis unavailable: provider quotas fall back to a conservative local share",
+      recovered: "Redis answers again: provider quotas are shared again",
+      annotations: { local_share: share }
+    })
 
     const take = (
       keys: Levels<string>,
@@ -205,7 +184,10 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
       horizon: number
     ) =>
       Effect.gen(function*() {
-        const shared = yield* viaRedis((c) => c.providerQuotaTake(...keys, from, ...limit.shared, tau, horizon))
+        const shared = yield* viaRedis(
+          (c) => c.providerQuotaTake(...keys, from, ...limit.shared, tau, horizon),
+          Option.some
+        )
         if (Option.isSome(shared)) return { wait: Number(shared.value[0]), next: Number(shared.value[1]) }
         return takeLocal(keys, from, limit.local, yield* Clock.currentTimeMillis, horizon)
       })
@@ -260,7 +242,7 @@ export class ProviderQuota extends Effect.Service<ProviderQuota>()("ProviderQuot
       const ms = Duration.toMillis(delay) + tau
       const now = yield* Clock.currentTimeMillis
       local.set(key, Math.max(local.get(key) ?? 0, now + ms))
-      yield* viaRedis((c) => c.providerQuotaPenalize(key, ms))
+      yield* viaRedis((c) => c.providerQuotaPenalize(key, ms), Option.some)
       yield* Effect.logInfo("provider quota penalized").pipe(
         Effect.annotateLogs({ provider, delay_ms: Duration.toMillis(delay) })
       )
