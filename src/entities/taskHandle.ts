@@ -19,7 +19,7 @@ export interface TaskHandle {
    * poll), so its change does not end the lifecycle's next `waitForChange` nor keep it from settling.
    */
   readonly observe: (o: ProviderObservation) => Effect.Effect<CommandResult, WriteError>
-  /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task. */
+  /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task's step (applyWaking). */
   readonly waitForChange: (ms: number) => Effect.Effect<void>
   /**
    * The attempt's poll schedule as this entity last wrote it (null: read it from PostgreSQL), so a poll costs
