@@ -3,6 +3,7 @@ import { Clock, Effect, Layer, Metric, Option, Ref } from "effect"
 import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
+import { taskChangeWakesSkipped } from "../observability/metrics.js"
 import { LateResults } from "../persistence/LateResults.js"
 import { type LoadedTask, TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
@@ -14,7 +15,7 @@ import { makeChangeSignal } from "./changeSignal.js"
 import { CommandResult, GenerationTask } from "./GenerationTask.js"
 import { makeInMemoryKeepAlive } from "./inMemoryKeepAlive.js"
 import { countObservation, countUnknownSubmitBound, recordLateResult } from "./observationMetrics.js"
-import { changeWakesSkipped, plainWakesSkipped } from "./ParkedTasks.js"
+import { plainWakesSkipped } from "./ParkedTasks.js"
 import { keepsPolling, scheduleMemoOf } from "./poller.js"
 import type { TaskHandle } from "./taskHandle.js"
 import { LifecycleSettings, TaskLifecycle } from "./TaskLifecycle.js"
@@ -123,7 +124,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
             }, traceId)
             if (res.outcome !== "changed") return { res, woke: false }
             if (decided.from !== null && keepsPolling(decided.from) && keepsPolling(res.task.status)) {
-              yield* Metric.increment(changeWakesSkipped)
+              yield* Metric.increment(taskChangeWakesSkipped)
               return { res, woke: false }
             }
             changed.notify()

@@ -24,12 +24,6 @@ export const plainWakesSkipped = Metric.counter("tasks_plain_wakes_skipped_total
   incremental: true
 })
 
-export const changeWakesSkipped = Metric.counter("tasks_change_wakes_skipped_total", {
-  description: "changes that left a polling task polling (a webhook's \"running\", its progress): its lifecycle, " +
-    "waiting or parked, was not woken for them, since its next step is the poll already scheduled",
-  incremental: true
-})
-
 /** A scope's due tasks waiting for their quota slots (ParkedTasks.run). */
 interface Line {
   readonly scope: QuotaScope

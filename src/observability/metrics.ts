@@ -101,6 +101,11 @@ export const breakerFallback = Metric.counter("provider_breaker_local_steps_tota
 export const taskTransitions = Metric.counter("task_transitions_total", {
   description: "committed task changes, by source (api, webhook, poll, reconcile, system, operator) and status reached"
 })
+export const taskChangeWakesSkipped = Metric.counter("tasks_change_wakes_skipped_total", {
+  description: "changes that left a polling task polling (a webhook's \"running\", its progress): its lifecycle, " +
+    "waiting or parked, was not woken for them, since its next step is the poll already scheduled",
+  incremental: true
+})
 export const groupCommitBatchSize = Metric.histogram(
   "group_commit_batch_size",
   sizes,

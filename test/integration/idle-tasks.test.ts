@@ -6,8 +6,9 @@ import { Duration, Effect, Fiber, Layer, Metric, Schedule } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { changeWakesSkipped, plainWakesSkipped, tasksParked } from "../../src/entities/ParkedTasks.js"
+import { plainWakesSkipped, tasksParked } from "../../src/entities/ParkedTasks.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
+import { taskChangeWakesSkipped } from "../../src/observability/metrics.js"
 import { simulatorEnv } from "../../src/simulator/embedded.js"
 import { layerTestDatabase, noDatabase } from "../support/database.js"
 import { scaled } from "../support/env.js"
@@ -169,12 +170,12 @@ describe.skipIf(noDatabase)("idle task entities woken by messages", () => {
         const simulator = yield* Sim
         // running ~1 s after the submission, done a minute later: the only webhook in the test is the "running" one
         yield* simulator.setFaults({ jobDurationMs: 60_000, queuedShare: 0.02, dropWebhooks: 0 })
-        const skipped = (yield* Metric.value(changeWakesSkipped)).count
+        const skipped = (yield* Metric.value(taskChangeWakesSkipped)).count
         const t = yield* startTask("replicate")
         const { provider_task_id } = yield* scheduledPoll(t.taskId)
         yield* waitForStatus([t.taskId], ["running"], Duration.seconds(30))
         // submitted → running leaves its next step the poll already scheduled: its lifecycle was not started for it
-        yield* until("the wake skipped", () => Effect.runSync(Metric.value(changeWakesSkipped)).count > skipped)
+        yield* until("the wake skipped", () => Effect.runSync(Metric.value(taskChangeWakesSkipped)).count > skipped)
         expect(parkedNow()).toBeGreaterThan(0)
         expect(simulator.queriesOf(provider_task_id!)).toEqual([])
         // a change of step wakes it at once: the cancel reaches the provider

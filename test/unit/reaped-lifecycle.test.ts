@@ -16,12 +16,13 @@ import type { Change } from "../../src/domain/transition.js"
 import { GenerationTask } from "../../src/entities/GenerationTask.js"
 import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
 import { sendKeepAlive } from "../../src/entities/inMemoryKeepAlive.js"
-import { changeWakesSkipped, makeParkedTasks } from "../../src/entities/ParkedTasks.js"
+import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
 import { TaskClient } from "../../src/entities/TaskClient.js"
 import type { TaskHandle } from "../../src/entities/taskHandle.js"
 import { TaskLifecycle } from "../../src/entities/TaskLifecycle.js"
 import { wakeTask } from "../../src/entities/wakeTasks.js"
+import { taskChangeWakesSkipped } from "../../src/observability/metrics.js"
 import type { PollSchedule } from "../../src/persistence/AttemptSchedule.js"
 import { LateResults } from "../../src/persistence/LateResults.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
@@ -326,15 +327,15 @@ describe("a task entity's change signal and the lifecycle's own poll", () => {
         // before: its own change raised the signal, so it did not settle and ran on (two more steps a moved poll)
         expect(outcomes).toEqual(["changed"])
         expect(settled).toEqual([true])
-        const skipped = (yield* Metric.value(changeWakesSkipped)).count
+        const skipped = (yield* Metric.value(taskChangeWakesSkipped)).count
         // a webhook's progress leaves the task polling, its next step the poll already scheduled: it settles
         yield* runWith("running", 2, 60)
         expect(settled).toEqual([true, true])
-        expect((yield* Metric.value(changeWakesSkipped)).count).toBe(skipped + 1)
+        expect((yield* Metric.value(taskChangeWakesSkipped)).count).toBe(skipped + 1)
         // a webhook's success is a step of its own (the output): the lifecycle runs on for it
         yield* runWith("succeeded", 3)
         expect(settled).toEqual([true, true, false])
-        expect((yield* Metric.value(changeWakesSkipped)).count).toBe(skipped + 1)
+        expect((yield* Metric.value(taskChangeWakesSkipped)).count).toBe(skipped + 1)
       })
   )
 })
