@@ -14,7 +14,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Clock, Context, Deferred, Duration, Effect, Fiber, Layer, Metric, Option, TestClock } from "effect"
 import type { Change } from "../../src/domain/transition.js"
 import { GenerationTask } from "../../src/entities/GenerationTask.js"
-import { GenerationTaskLive } from "../../src/entities/GenerationTaskLive.js"
+import { GenerationTaskLive, keepAliveAfter } from "../../src/entities/GenerationTaskLive.js"
 import { sendKeepAlive } from "../../src/entities/inMemoryKeepAlive.js"
 import { makeParkedTasks } from "../../src/entities/ParkedTasks.js"
 import { makeShardsLeft } from "../../src/entities/shardsLeft.js"
@@ -85,6 +85,15 @@ const shardLeavingAtHold = () => {
 /** Handing an entity its keep-alive dies (a defect). */
 const keepAliveDying = shardingWhereKeepAlives(() => Effect.dieMessage("keep-alive lost"))
 
+/** Keep-alives handed to the entity, counted, and answered at once (the reaper is then not held off). */
+const keepAlivesSent = { count: 0 }
+const countingKeepAlives = shardingWhereKeepAlives((message) =>
+  Effect.suspend(() => {
+    keepAlivesSent.count++
+    return answerKeepAlive(message)
+  })
+)
+
 /**
  * A running task polled every POLL_EVERY by a stand-in lifecycle (the entity's real build around it), and the
  * runner's wake-up of parked tasks as ResumeOnAcquire.ts runs it.
@@ -92,7 +101,7 @@ const keepAliveDying = shardingWhereKeepAlives(() => Effect.dieMessage("keep-ali
 const setup = (
   options: {
     readonly loadMs?: number
-    readonly keepAlives?: boolean | "refused" | "dying"
+    readonly keepAlives?: boolean | "refused" | "dying" | "counted"
     readonly finished?: boolean
     /** the attempt's poll schedule as the task's load reads it (none by default) */
     readonly schedule?: PollSchedule
@@ -162,6 +171,8 @@ const setup = (
           ? shardLeavingAtHold()
           : options.keepAlives === "dying"
           ? keepAliveDying
+          : options.keepAlives === "counted"
+          ? countingKeepAlives
           : shardingWithoutKeepAlives
       )
     )
@@ -218,7 +229,7 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       expect(polls[0]).toBeGreaterThanOrEqual(3_000)
     }))
 
-  it.scoped("its keep-alive, in memory, reaches it at once: it is not stopped while its lifecycle runs", () =>
+  it.scoped("its keep-alive, in memory, reaches it a second in: it is not stopped while its lifecycle runs", () =>
     Effect.gen(function*() {
       const { builds, polls, start } = yield* setup({ keepAlives: true })
       yield* Effect.fork(start)
@@ -262,14 +273,50 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       expect(yield* sharding.activeEntityCount).toBe(0)
     }))
 
-  it.scoped("a lifecycle whose keep-alive is refused (its shard left) ends there: it neither polls nor parks", () =>
+  it.scoped("a lifecycle run that settles within a second hands its entity no keep-alive; a longer one, one", () =>
+    Effect.gen(function*() {
+      keepAlivesSent.count = 0
+      const runs = { short: 0, long: 0 }
+      let long = false
+      const { start } = yield* setup({
+        keepAlives: "counted",
+        // short runs settle at once (a parked task's poll); a long one goes on for 3 s (a wait for its next poll)
+        drive: (h) =>
+          Effect.gen(function*() {
+            if (long) {
+              runs.long++
+              yield* Effect.sleep("3 seconds")
+            } else {
+              runs.short++
+            }
+            yield* h.settle
+          })
+      })
+      yield* Effect.fork(start)
+      yield* advance(3_000)
+      expect(runs.short).toBeGreaterThan(0)
+      expect(keepAlivesSent.count).toBe(0)
+      // another Start runs the lifecycle again, on the same entity
+      long = true
+      yield* Effect.fork(start)
+      yield* advance(4_000)
+      expect(runs.long).toBe(1)
+      // TASK_ENTITY_IDLE_TIME is 5 s: the keep-alive goes a fifth of it in
+      expect(keepAliveAfter(Duration.seconds(5))).toEqual(Duration.seconds(1))
+      expect(keepAlivesSent.count).toBe(1)
+    }))
+
+  it.scoped("a lifecycle whose keep-alive is refused (its shard left) ends there: it polls no more, nor parks", () =>
     Effect.gen(function*() {
       const { parked, polls, sharding, shardsLeft, start } = yield* setup({ keepAlives: "refused" })
       yield* Effect.fork(start)
-      yield* advance(3_000)
+      yield* advance(1_500)
+      // its first poll, due at once, came before its keep-alive (a second in)
+      expect(polls.length).toBe(1)
+      yield* advance(4_000)
+      expect(polls.length).toBe(1)
       // the task is its shard's next owner's to resume (ResumeOnAcquire); this runner notes the shard as left, so it
       // resumes the task too if it holds the shard again by its next look
-      expect(polls).toEqual([])
       expect(parked.holds(ids.task, yield* Clock.currentTimeMillis)).toBe(false)
       expect(shardsLeft.take()).toEqual([taskShard(sharding).toString()])
     }))
@@ -278,8 +325,9 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
     Effect.gen(function*() {
       const { parked, polls, shardsLeft, start } = yield* setup({ keepAlives: "dying" })
       yield* Effect.fork(start)
-      yield* advance(500)
-      expect(polls).toEqual([])
+      yield* advance(1_100)
+      expect(polls.length).toBe(1)
+      // parked due at its next poll (POLL_EVERY after the first): the runner's wake of parked tasks brings it
       expect(parked.holds(ids.task, yield* Clock.currentTimeMillis)).toBe(true)
       expect(shardsLeft.take()).toEqual([])
     }))
