@@ -3,7 +3,7 @@ import { Clock, Duration, Effect, Fiber, Layer, Metric, Option, Ref } from "effe
 import { operatorResolve } from "../domain/lifecycleSteps.js"
 import type { TaskState } from "../domain/taskState.js"
 import { changeIsAllowed, type Outcome, requestCancel, transition } from "../domain/transition.js"
-import { taskChangeWakesSkipped } from "../observability/metrics.js"
+import { taskChangeWakesSkipped, taskKeepAlivesHeld } from "../observability/metrics.js"
 import { LateResults } from "../persistence/LateResults.js"
 import { type LoadedTask, TaskStore } from "../persistence/TaskStore.js"
 import { TaskNotFound, VersionConflict, WriteFenced } from "../schema/errors.js"
@@ -242,7 +242,10 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
         const holdIfStillRunning = (thisRun: { settled: boolean }, runFiber: Fiber.RuntimeFiber<unknown, unknown>) =>
           lifecycleLock.withPermits(1)(Effect.suspend(() => {
             if (run !== thisRun || thisRun.settled) return Effect.void
-            return Effect.flatMap(keepAlive.hold, (held) => held ? Effect.void : Fiber.interruptFork(runFiber))
+            return Effect.flatMap(
+              keepAlive.hold,
+              (held) => held ? Metric.increment(taskKeepAlivesHeld) : Fiber.interruptFork(runFiber)
+            )
           }))
         const startLifecycleLocked = Effect.gen(function*() {
           // a finished task (read, or sent a late duplicate) costs no keep-alive

@@ -106,6 +106,11 @@ export const taskChangeWakesSkipped = Metric.counter("tasks_change_wakes_skipped
     "waiting or parked, was not woken for them, since its next step is the poll already scheduled",
   incremental: true
 })
+export const taskKeepAlivesHeld = Metric.counter("tasks_keep_alives_held_total", {
+  description: "lifecycle runs still going a fifth of TASK_ENTITY_IDLE_TIME in, which then held their entity in " +
+    "memory with its keep-alive (a run that settles sooner sends none)",
+  incremental: true
+})
 export const groupCommitBatchSize = Metric.histogram(
   "group_commit_batch_size",
   sizes,

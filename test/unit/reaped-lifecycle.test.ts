@@ -22,7 +22,7 @@ import { TaskClient } from "../../src/entities/TaskClient.js"
 import type { TaskHandle } from "../../src/entities/taskHandle.js"
 import { TaskLifecycle } from "../../src/entities/TaskLifecycle.js"
 import { wakeTask } from "../../src/entities/wakeTasks.js"
-import { taskChangeWakesSkipped } from "../../src/observability/metrics.js"
+import { taskChangeWakesSkipped, taskKeepAlivesHeld } from "../../src/observability/metrics.js"
 import type { PollSchedule } from "../../src/persistence/AttemptSchedule.js"
 import { LateResults } from "../../src/persistence/LateResults.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
@@ -276,6 +276,7 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
   it.scoped("a lifecycle run that settles within a second hands its entity no keep-alive; a longer one, one", () =>
     Effect.gen(function*() {
       keepAlivesSent.count = 0
+      const held = (yield* Metric.value(taskKeepAlivesHeld)).count
       const runs = { short: 0, long: 0 }
       let long = false
       const { start } = yield* setup({
@@ -304,6 +305,7 @@ describe("a task whose entity the cluster stops while its lifecycle runs", () =>
       // TASK_ENTITY_IDLE_TIME is 5 s: the keep-alive goes a fifth of it in
       expect(keepAliveAfter(Duration.seconds(5))).toEqual(Duration.seconds(1))
       expect(keepAlivesSent.count).toBe(1)
+      expect((yield* Metric.value(taskKeepAlivesHeld)).count).toBe(held + 1)
     }))
 
   it.scoped("a lifecycle whose keep-alive is refused (its shard left) ends there: it polls no more, nor parks", () =>
