@@ -25,7 +25,6 @@ const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432
 
 type Kind = "task" | "no-op" | "none"
 
-/** A runner built on `url`, `ENTITIES` entities of `kind` woken on it, then its scope closed: wall ms and CPU ms. */
 /** This process's CPU (ms, all threads) over `effect`. */
 const cpuMsOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.suspend(() => {
@@ -36,6 +35,10 @@ const cpuMsOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     })
   })
 
+/**
+ * A runner built on `url`, `ENTITIES` entities of `kind` woken on it, then its scope closed: the builds' CPU per
+ * entity, the shutdown's wall ms and CPU ms.
+ */
 const stopOnce = (url: string, kind: Kind) =>
   Effect.gen(function*() {
     const stack = yield* inProcessRunner(url, 20)
@@ -54,13 +57,11 @@ const stopOnce = (url: string, kind: Kind) =>
       return { first: yield* cpuMsOf(message), second: yield* cpuMsOf(message) }
     }).pipe(Effect.provide(context))
     yield* Effect.sleep("1 second")
-    const cpu = process.cpuUsage()
     const started = performance.now()
-    yield* Scope.close(scope, Exit.void)
-    const used = process.cpuUsage(cpu)
+    const cpuMs = yield* cpuMsOf(Scope.close(scope, Exit.void))
     return {
       wallMs: performance.now() - started,
-      cpuMs: (used.user + used.system) / 1000,
+      cpuMs,
       buildCpuMs: (build.first - build.second) / ENTITIES
     }
   })

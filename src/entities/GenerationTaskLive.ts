@@ -270,6 +270,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
             const self = yield* Effect.withFiberRuntime<Fiber.RuntimeFiber<unknown, unknown>>(Effect.succeed)
             const holding = yield* Effect.fork(Effect.delay(holdIfStillRunning(thisRun, self), holdAfter))
             yield* lifecycle.drive(handle)
+            // ended before this run's own release, so that no hold of it comes after
             yield* Fiber.interrupt(holding)
             if (!thisRun.settled) yield* keepAlive.release
           }).pipe(
