@@ -34,7 +34,11 @@ export const ProviderSettings = S.area("providers", "Provider APIs: addresses, k
     "This platform's public URL: providers' webhooks go to /webhooks/<provider>; https makes the session cookie Secure and is the scheme of the default allowed Origin",
     "http://127.0.0.1:3000"
   ),
-  timeout: S.duration("PROVIDER_TIMEOUT", "Time limit of one provider call (submit, query, cancel)", "15 seconds"),
+  timeout: S.duration(
+    "PROVIDER_TIMEOUT",
+    "Time limit of one provider call (submit, query, cancel): the request, its answer and the answer's body read",
+    "15 seconds"
+  ),
   clients: S.all(Object.fromEntries(providers.map((d) => [d.name, clientSettings(d)])))
 })
 

@@ -2,7 +2,7 @@ import * as HttpBody from "@effect/platform/HttpBody"
 import type * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
-import { Duration, Effect, Either, Metric, Option, Schema } from "effect"
+import { Duration, Effect, Either, Metric, Option, Schema, type Scope } from "effect"
 import { providerResponses } from "../observability/metrics.js"
 import { seriesBy } from "../observability/series.js"
 import { ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
@@ -10,8 +10,8 @@ import { ProviderCallFailed, SubmitRejected, SubmitUnknown } from "./errors.js"
 type Method = "GET" | "POST" | "PUT" | "DELETE"
 
 /**
- * One HTTP transport for every provider, rather than each SDK's own: one timeout (PROVIDER_TIMEOUT) that
- * interrupts the call, no hidden retries (a retried submit could be a second generation), our Idempotency-Key on
+ * One HTTP transport for every provider, rather than each SDK's own: one timeout (PROVIDER_TIMEOUT) over the whole
+ * call, its answer's body included, that interrupts it, no hidden retries (a retried submit could be a second generation), our Idempotency-Key on
  * every submit, and one classification of failures into ProviderCallFailed kinds, with Retry-After.
  */
 export interface Transport {
@@ -86,52 +86,72 @@ export const makeTransport = (options: {
   const authorized = (path: string) =>
     HttpClientRequest.get(`${options.baseUrl}${path}`).pipe(HttpClientRequest.setHeaders(options.headers))
 
-  const send = (method: Method, path: string, body: unknown, key?: string) => {
-    let req = HttpClientRequest.make(method)(`${options.baseUrl}${path}`).pipe(
-      HttpClientRequest.setHeaders(options.headers)
-    )
-    if (key !== undefined) req = HttpClientRequest.setHeader(req, "idempotency-key", key)
-    return Effect.flatMap(withBody(req, body), options.http.execute).pipe(
-      Effect.timeout(options.timeout),
-      Effect.tapBoth({
-        onSuccess: (res) => Metric.increment(responses(options.provider, String(res.status))),
-        onFailure: () => Metric.increment(responses(options.provider, "network"))
-      })
-    )
-  }
+  const network = responses(options.provider, "network")
+  const timedOut = `TimeoutException: no complete answer within ${Duration.format(options.timeout)} (PROVIDER_TIMEOUT)`
+
+  /**
+   * A request and what `read` makes of its answer, all within PROVIDER_TIMEOUT: the headers, the body and its
+   * decoding. With only the headers bounded, an answer whose body stalled after them held the call (a poll, with its
+   * lease; a submit) for undici's bodyTimeout, 300 s. `failed`: what no answer, or none complete in time, is to the
+   * caller. Every answer is counted by its status; no answer (refused, reset, or no headers in time) as `network`.
+   */
+  const exchange = <A, E, R>(
+    method: Method,
+    path: string,
+    body: unknown,
+    key: string | undefined,
+    failed: (detail: string) => E,
+    read: (res: HttpClientResponse.HttpClientResponse) => Effect.Effect<A, R, Scope.Scope>
+  ): Effect.Effect<A, E | R> =>
+    Effect.suspend(() => {
+      let req = HttpClientRequest.make(method)(`${options.baseUrl}${path}`).pipe(
+        HttpClientRequest.setHeaders(options.headers)
+      )
+      if (key !== undefined) req = HttpClientRequest.setHeader(req, "idempotency-key", key)
+      let answered = false
+      return Effect.flatMap(withBody(req, body), options.http.execute).pipe(
+        Effect.tap((res) => {
+          answered = true
+          return Metric.increment(responses(options.provider, String(res.status)))
+        }),
+        Effect.mapError((e) => failed(String(e))),
+        Effect.flatMap(read),
+        Effect.timeoutFail({ duration: options.timeout, onTimeout: () => failed(timedOut) }),
+        Effect.tapError(() => answered ? Effect.void : Metric.increment(network)),
+        Effect.scoped
+      )
+    })
+
+  const unreachable = (detail: string) => new ProviderCallFailed({ kind: "network", retryAfter: Option.none(), detail })
 
   const call: Transport["call"] = (method, path, schema, o = {}) =>
-    send(method, path, o.body).pipe(
-      Effect.mapError((e) => new ProviderCallFailed({ kind: "network", retryAfter: Option.none(), detail: String(e) })),
-      Effect.flatMap((res) => {
-        const failed = (o.answers ?? []).includes(res.status) ? null : classify(res)
-        if (failed !== null) return Effect.fail(failed)
-        return res.json.pipe(
-          Effect.flatMap(Schema.decodeUnknown(schema)),
-          Effect.map((decoded) => ({ status: res.status, body: decoded })),
-          Effect.mapError((e) =>
-            new ProviderCallFailed({ kind: "malformed", retryAfter: Option.none(), detail: String(e) })
-          )
+    exchange(method, path, o.body, undefined, unreachable, (res) => {
+      const failed = (o.answers ?? []).includes(res.status) ? null : classify(res)
+      if (failed !== null) return Effect.fail(failed)
+      return res.json.pipe(
+        Effect.flatMap(Schema.decodeUnknown(schema)),
+        Effect.map((decoded) => ({ status: res.status, body: decoded })),
+        Effect.mapError((e) =>
+          new ProviderCallFailed({ kind: "malformed", retryAfter: Option.none(), detail: String(e) })
         )
-      }),
-      Effect.scoped
-    )
+      )
+    })
 
   const sendVoid: Transport["send"] = (method, path) =>
-    send(method, path, undefined).pipe(
-      Effect.mapError((e) => new ProviderCallFailed({ kind: "network", retryAfter: Option.none(), detail: String(e) })),
-      Effect.flatMap((res) => {
-        const failed = classify(res)
-        return failed === null ? Effect.void : Effect.fail(failed)
-      }),
-      Effect.scoped
-    )
+    exchange(method, path, undefined, undefined, unreachable, (res) => {
+      const failed = classify(res)
+      return failed === null ? Effect.void : Effect.fail(failed)
+    })
 
   const submit: Transport["submit"] = (path, body, schema, idOf, key) =>
-    send("POST", path, body, key).pipe(
-      // no response: the request may have been processed
-      Effect.mapError((e) => new SubmitUnknown({ reason: String(e) })),
-      Effect.flatMap((res): Effect.Effect<{ providerTaskId: string }, SubmitRejected | SubmitUnknown> => {
+    // no answer, or none read in time: the request may have been processed
+    exchange(
+      "POST",
+      path,
+      body,
+      key,
+      (reason) => new SubmitUnknown({ reason }),
+      (res): Effect.Effect<{ providerTaskId: string }, SubmitRejected | SubmitUnknown> => {
         if (res.status >= 500 || res.status === 408) {
           return Effect.fail(new SubmitUnknown({ reason: `HTTP ${res.status}`, status: res.status }))
         }
@@ -147,8 +167,7 @@ export const makeTransport = (options: {
           // accepted, but we cannot read what: treat as unknown and resolve by query
           Effect.mapError((e) => new SubmitUnknown({ reason: `unreadable submit response: ${e}`, status: res.status }))
         )
-      }),
-      Effect.scoped
+      }
     )
 
   return { call, send: sendVoid, submit, authorized }
