@@ -45,12 +45,21 @@ export type OnDropped = (waitedMs: number) => void
  * fails at once (a 503 at the API), and the pool never lends the connection again (a destroyed client is not
  * queryable, and the pool removes it on release). Cursors (no single answer) are not watched; nothing here uses them.
  *
+ * Queries given to one connection together (the cluster's storage sends its lock statements concurrently on its
+ * reserved connection) go to pg one after the other, each once the one before has answered, and each is watched from
+ * then: pg queued them itself, but a watch started at the call counted the time spent behind the others, and three
+ * 2.5 s statements in a row under a 5 s statement timeout lost their connection, the shard locks with it
+ * (pg-pool-queue.test.ts). pg 8 also warns about its own queue, which pg 9 removes.
+ *
  * A ROLLBACK on a lost connection succeeds: the server rolls the transaction back when the session ends. @effect/sql
  * makes a failed ROLLBACK a defect (`orDie`), so a transaction whose connection was lost answered 500 instead of the
  * 503 its first error means; this holds for the cluster's storage transactions too.
  */
 const droppingClient = (noAnswerMs: number, onDropped: OnDropped) =>
   class DroppingClient extends pg.Client {
+    /** Settles once every query given so far has answered (or failed): the next one is sent then. */
+    private previous: Promise<unknown> = Promise.resolve()
+
     constructor(config: Pg.ClientConfig = {}) {
       // the client's own watch replaces pg's query_timeout
       super({ ...config, query_timeout: undefined })
@@ -61,30 +70,43 @@ const droppingClient = (noAnswerMs: number, onDropped: OnDropped) =>
       return (this as unknown as { _queryable: boolean })._queryable === false
     }
 
+    /** Sends one query to pg now, watched from now; answers its result. */
+    private watched(config: unknown, values: unknown): Promise<unknown> {
+      return new Promise((resolve, reject) => {
+        const started = Date.now()
+        const timer = setTimeout(() => {
+          onDropped(Date.now() - started)
+          this.connection.stream.destroy(new Error(`no answer from PostgreSQL within ${noAnswerMs} ms`))
+        }, noAnswerMs)
+        const answered = (error: unknown, result: unknown) => {
+          clearTimeout(timer)
+          if (error) reject(error)
+          else resolve(result)
+        }
+        const query = super.query.bind(this) as (...args: ReadonlyArray<unknown>) => unknown
+        if (values === undefined) query(config, answered)
+        else query(config, values, answered)
+      })
+    }
+
     // pg's overloads answer a promise, the submittable, or nothing (callback form): `any` matches them all
     override query(config: unknown, values?: unknown, callback?: unknown): any {
-      const query = super.query.bind(this) as (...args: ReadonlyArray<unknown>) => unknown
-      if (typeof (config as { submit?: unknown } | null)?.submit === "function") return query(config, values, callback)
-      const done = typeof values === "function" ? values : typeof callback === "function" ? callback : undefined
+      if (typeof (config as { submit?: unknown } | null)?.submit === "function") {
+        return (super.query.bind(this) as (...args: ReadonlyArray<unknown>) => unknown)(config, values, callback)
+      }
+      const done = (typeof values === "function" ? values : typeof callback === "function" ? callback : undefined) as
+        | ((error: unknown, result?: unknown) => void)
+        | undefined
       if (this.lost && done !== undefined && typeof config === "string" && /^\s*ROLLBACK\b/i.test(config)) {
         process.nextTick(() => done(undefined, { command: "ROLLBACK", rowCount: null, rows: [], fields: [] }))
         return
       }
-      const started = Date.now()
-      const timer = setTimeout(() => {
-        onDropped(Date.now() - started)
-        this.connection.stream.destroy(new Error(`no answer from PostgreSQL within ${noAnswerMs} ms`))
-      }, noAnswerMs)
-      const answered = () => clearTimeout(timer)
-      const watched = (f: (...args: ReadonlyArray<unknown>) => void) => (...args: ReadonlyArray<unknown>) => {
-        answered()
-        f(...args)
-      }
-      if (typeof values === "function") return query(config, watched(values as never))
-      if (typeof callback === "function") return query(config, values, watched(callback as never))
-      const result = query(config, values) as Promise<unknown>
-      result.then(answered, answered)
-      return result
+      const args = typeof values === "function" ? undefined : values
+      const result = this.previous.then(() => this.watched(config, args))
+      this.previous = result.catch(() => undefined)
+      if (done === undefined) return result
+      // outside the promise chain, as pg calls it: a callback that throws is an uncaught exception, not a rejection
+      result.then((r) => process.nextTick(done, null, r), (e) => process.nextTick(done, e))
     }
   }
 
