@@ -47,9 +47,9 @@ export type OnDropped = (waitedMs: number) => void
  *
  * Queries given to one connection together (the cluster's storage sends its lock statements concurrently on its
  * reserved connection) go to pg one after the other, each once the one before has answered, and each is watched from
- * then: pg queued them itself, but a watch started at the call counted the time spent behind the others, and three
- * 2.5 s statements in a row under a 5 s statement timeout lost their connection, the shard locks with it
- * (pg-pool-queue.test.ts). pg 8 also warns about its own queue, which pg 9 removes.
+ * then: pg queued them itself, but a watch started at the call counted the time spent behind the others (measured:
+ * three 2.5 s statements in a row under a 5 s statement timeout lost their connection, the shard locks with it;
+ * pg-pool-queue.test.ts shows it on a fake clock). pg 8 also warns about its own queue, which pg 9 removes.
  *
  * A ROLLBACK on a lost connection succeeds: the server rolls the transaction back when the session ends. @effect/sql
  * makes a failed ROLLBACK a defect (`orDie`), so a transaction whose connection was lost answered 500 instead of the
