@@ -1,17 +1,16 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
-import * as net from "node:net"
 import { buildDist, RUNNER_PROGRAM } from "../scripts/build.mjs"
+import { allocatePort } from "../test/support/ports.js"
 
 /** What the benchmark programs share: ports, a runner process, percentiles. */
 
-export const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
+/**
+ * A free port below the ephemeral range (test/support/ports.ts): a port the kernel hands out for port 0 can be taken
+ * meanwhile as the local port of any outgoing connection (measured: a runner's HTTP port, between the bench's choice
+ * and the runner's listen, EADDRINUSE).
+ */
+export const freePort = allocatePort
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
