@@ -114,7 +114,8 @@ export const taskKeepAlivesHeld = Metric.counter("tasks_keep_alives_held_total",
 export const groupCommitBatchSize = Metric.histogram(
   "group_commit_batch_size",
   sizes,
-  "items written or read by one group-commit statement, by writer (task_store, inbox, stream_heads, task_loads)"
+  "items written or read by one group-commit statement, by writer (task_store, inbox, stream_heads, task_loads, " +
+    "poll_claims, poll_finishes)"
 )
 export const groupCommitSeconds = Metric.histogram(
   "group_commit_seconds",

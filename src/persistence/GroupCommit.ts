@@ -1,4 +1,4 @@
-import { Cause, Duration, Effect, Exit, FiberId, FiberSet } from "effect"
+import { Cause, Duration, Effect, Either, Exit, FiberId, FiberSet } from "effect"
 import { groupCommitBatchSize, groupCommitSeconds } from "../observability/metrics.js"
 import { labelled } from "../observability/series.js"
 
@@ -108,3 +108,20 @@ export const makeGroupCommit = <I, O, E>(options: {
       offer
     })
   })
+
+/**
+ * A group's statement (`run`: one result per item, in order), and on its failure each item's statement alone, so that
+ * one item that fails the statement (a constraint, a deadlock with another writer) fails only itself.
+ */
+export const oneByOneOnFailure = <I, O, E>(
+  items: ReadonlyArray<I>,
+  run: (group: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<O>, E>
+): Effect.Effect<ReadonlyArray<Either.Either<O, E>>> =>
+  run(items).pipe(
+    Effect.map((results) => results.map((r) => Either.right(r))),
+    Effect.catchAll((error) =>
+      items.length === 1
+        ? Effect.succeed([Either.left(error)])
+        : Effect.forEach(items, (item) => Effect.either(Effect.map(run([item]), (r) => r[0]!)))
+    )
+  )

@@ -12,7 +12,7 @@ import { type AttemptId, TaskId } from "../schema/ids.js"
 import type { ProviderObservation } from "../schema/observation.js"
 import { AttemptSnapshot, TaskSnapshot, trusted } from "../schema/task.js"
 import { type PollSchedule, scheduleFromRow, type ScheduleRow } from "./AttemptSchedule.js"
-import { makeGroupCommit } from "./GroupCommit.js"
+import { makeGroupCommit, oneByOneOnFailure } from "./GroupCommit.js"
 import { storageUnavailable } from "./storageUnavailable.js"
 import { logStatusChange } from "./transitionLog.js"
 import { WriteFence } from "./WriteFence.js"
@@ -218,14 +218,7 @@ export class TaskStore extends Effect.Service<TaskStore>()("TaskStore", {
           order.forEach((original, position) => (out[original] = rows[position]!))
           return out
         }
-        return runBatch(sorted).pipe(
-          Effect.map((rows) => unsort(rows.map(Either.right))),
-          Effect.catchTag("SqlError", (error) =>
-            sorted.length === 1
-              ? Effect.succeed([Either.left(error)])
-              : Effect.forEach(sorted, (item) => runBatch([item]).pipe(Effect.map((rows) => rows[0]!), Effect.either))
-                .pipe(Effect.map(unsort)))
-        )
+        return Effect.map(oneByOneOnFailure(sorted, runBatch), unsort)
       }
     })
 

@@ -1,7 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Option } from "effect"
+import { Effect, Exit, Layer, Metric, Option } from "effect"
 import { makeChange } from "../../src/domain/transition.js"
+import { groupCommitBatchSize } from "../../src/observability/metrics.js"
 import { AttemptSchedule } from "../../src/persistence/AttemptSchedule.js"
 import { TaskStore } from "../../src/persistence/TaskStore.js"
 import { layerStores } from "../../src/runners/Runner.js"
@@ -80,6 +81,66 @@ describe.skipIf(noDatabase)("group commit", () => {
         expect(Option.isNone(loaded[7]!)).toBe(true)
         expect(Option.isNone(loaded[8]!)).toBe(true)
       }))
+
+    it.effect("poll claims and finishes asked together share statements, and each lease goes to one asker", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const schedule = yield* AttemptSchedule
+        const statements = (writer: string) =>
+          Effect.map(Metric.value(Metric.tagged(groupCommitBatchSize, "writer", writer)), (h) => h.count)
+        const tasks = yield* Effect.forEach(Array.from({ length: 8 }), () => admitTask())
+        const ids = tasks.map((t) => t.attemptId)
+        // 0–3 due, 4–5 due but leased by another poller, 6–7 not due yet
+        yield* sql`UPDATE task_attempts SET next_poll_at = now() - interval '1 second' WHERE id IN ${sql.in(ids)}`
+        yield* sql`
+          UPDATE task_attempts SET poll_lease_token = gen_random_uuid(), poll_lease_until = now() + interval '1 minute'
+          WHERE id IN ${sql.in(ids.slice(4, 6))}`
+        yield* sql`UPDATE task_attempts SET next_poll_at = now() + interval '1 minute' WHERE id IN ${
+          sql.in(ids.slice(6))
+        }`
+        const claimsBefore = yield* statements("poll_claims")
+        // attempt 0 asked for twice in the same group: one lease
+        const asked = [...ids, ids[0]!]
+        const leases = yield* Effect.forEach(asked, (id) => schedule.claim(id, 30_000), { concurrency: "unbounded" })
+        expect(leases.map(Option.isSome)).toEqual([true, true, true, true, false, false, false, false, false])
+        // fewer statements than claims: they went in groups
+        const claimStatements = (yield* statements("poll_claims")) - claimsBefore
+        expect(claimStatements).toBeGreaterThan(0)
+        expect(claimStatements).toBeLessThan(asked.length)
+
+        const finishesBefore = yield* statements("poll_finishes")
+        yield* Effect.forEach(
+          [0, 1, 2, 3],
+          (i) =>
+            schedule.finish(ids[i]!, i === 3 ? { token: uuid(), latenessMs: 0 } : Option.getOrThrow(leases[i]!), {
+              delayMs: 60_000 * (i + 1),
+              failed: i === 1,
+              error: i === 1 ? "rate_limited" : null
+            }),
+          { concurrency: "unbounded" }
+        )
+        const finishStatements = (yield* statements("poll_finishes")) - finishesBefore
+        expect(finishStatements).toBeGreaterThan(0)
+        expect(finishStatements).toBeLessThan(4)
+        const rows = yield* sql<
+          { id: string; leased: boolean; in_s: number; poll_failures: number; last_poll_error: string | null }
+        >`
+          SELECT id, poll_lease_token IS NOT NULL AS leased,
+            extract(epoch FROM next_poll_at - now())::float8 AS in_s, poll_failures, last_poll_error
+          FROM task_attempts WHERE id IN ${sql.in(ids.slice(0, 4))}`
+        const byId = new Map(rows.map((r) => [String(r.id), r]))
+        const [first, second, third, wrongToken] = ids.slice(0, 4).map((id) => byId.get(id)!)
+        expect([first, second, third]).toMatchObject([
+          { leased: false, poll_failures: 0, last_poll_error: null },
+          { leased: false, poll_failures: 1, last_poll_error: "rate_limited" },
+          { leased: false, poll_failures: 0, last_poll_error: null }
+        ])
+        // each its own delay (seconds from the finish's statement; the read comes a moment after it)
+        expect([first, second, third].map((r) => Math.round(r!.in_s / 60))).toEqual([1, 2, 3])
+        // a finish with another lease's token changes nothing: the lease stays, the poll stays due
+        expect(wrongToken).toMatchObject({ leased: true, poll_failures: 0, last_poll_error: null })
+        expect(wrongToken!.in_s).toBeLessThanOrEqual(0)
+      }).pipe(Effect.provide(AttemptSchedule.Default)))
 
     it.effect("a task's load reads its attempt's poll schedule with it, as AttemptSchedule's own read does", () =>
       Effect.gen(function*() {
