@@ -35,11 +35,18 @@ interface Line {
 
 /**
  * Fibers per quota scope taking slots for due tasks: each holds one reservation at a time, so this many slots are
- * asked for at once, enough to keep up with a provider's rate whatever Redis' round trip.
+ * asked for at once. A scope's rate is at most this many over the time a worker spends per slot besides its wait
+ * (two Redis round trips behind the runner's other work), and a slot not asked for in time is lost for good (GCRA):
+ * 16 at a 200/s quota allowed 80 ms, which a busy runner exceeded (bench:polling: 189–193/s, 5–6 of 8 5 s buckets
+ * within ±5%); 64 allow 320 ms (199/s, 8 of 8).
  */
-const WORKERS_PER_SCOPE = 16
-/** Starts sent with a slot and not answered yet, on the whole runner: a slow runner is not sent more and more. */
-const WAKES_IN_FLIGHT = 64
+const WORKERS_PER_SCOPE = 64
+/**
+ * Starts sent with a slot and not answered yet, on the whole runner: a slow runner is not sent more and more. Above
+ * a second of a 200/s quota, so that a stall of the runner's event loop does not hold the workers back too (with 64:
+ * one 5 s bucket at 184/s after a 0.7 s stall).
+ */
+const WAKES_IN_FLIGHT = 256
 
 /**
  * How long an entry vouches for its task (`holds`): past its due time, or in the quota's line, for longer than this
