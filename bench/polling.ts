@@ -7,7 +7,8 @@
  * the default; the runner's sweeper takes them up) or queued and submitted by the runner itself (BENCH_ADMIT=submit),
  * then polled for a measurement window.
  * Prints per run: live heap at 10,000 tasks and per task, entities in memory and tasks parked, the query rate per 5 s
- * bucket against the quota (how many buckets within ±5%), poll lateness p50/p99 against next_poll_at, tasks never
+ * bucket against the quota (how many buckets within ±5%) and the quota slots granted in each (the runner's
+ * quota_grants_total), poll lateness p50/p99 against next_poll_at, tasks never
  * polled in the window (starvation), the runner's CPU and RSS, event-loop lag p99 and shard-lock losses; then the
  * idle run's live heap against the baseline's.
  *
@@ -307,11 +308,16 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       const u0 = sum(usages().map((u) => u.cpuSeconds))
       const lateness: Array<number> = []
       const buckets: Array<number> = []
+      // the slots granted in each bucket (the runner's counter, scraped just after the bucket's query count): whether
+      // a bucket's miss is the quota's (grants) or the wakes' (queries sent after their grant)
+      const grantBuckets: Array<number> = []
       const entities: Array<number> = []
       const parked: Array<number> = []
       let prev = windowStart
       let lastQueries = q0
       let lastAt = t0
+      let lastGrants = g0
+      let lastGrantsAt = t0
       for (let i = 1; i * 5 <= WINDOW_S; i++) {
         await sleep(Math.max(0, t0 + i * 5000 - performance.now()))
         const at = performance.now()
@@ -319,6 +325,11 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         buckets.push((queries - lastQueries) / ((at - lastAt) / 1000))
         lastQueries = queries
         lastAt = at
+        const grants = await gauge(ports, "quota_grants_total")
+        const grantsAt = performance.now()
+        grantBuckets.push((grants - lastGrants) / ((grantsAt - lastGrantsAt) / 1000))
+        lastGrants = grants
+        lastGrantsAt = grantsAt
         entities.push(await gauge(ports, "effect_cluster_entities"))
         parked.push(await gauge(ports, "tasks_parked"))
         const now = (await db.query(`SELECT now() AS t`)).rows[0].t as Date
@@ -368,7 +379,9 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       )
       console.log(
         `quota slots granted: ${granted.toFixed(1)}/s = ${((granted / QPS) * 100).toFixed(1)}% of the quota; ` +
-          `queries sent per slot granted: ${(rate / granted).toFixed(3)}`
+          `queries sent per slot granted: ${(rate / granted).toFixed(3)}; per 5 s bucket: ${
+            grantBuckets.map((r) => r.toFixed(0)).join(" ")
+          } (${grantBuckets.filter((r) => Math.abs(r - QPS) <= QPS * 0.05).length} within ±5%)`
       )
       console.log(
         `PostgreSQL transactions in the window: ${(xacts / (lastQueries - q0)).toFixed(2)} per query sent ` +
