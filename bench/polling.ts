@@ -75,6 +75,8 @@ if (!(PROCESSES >= 1) || (PROCESSES > 1 && process.env.REDIS_URL === undefined))
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
 const mib = (kib: number) => (kib / 1024).toFixed(0)
+/** A 5 s bucket's rate within ±5% of the quota (the goal). */
+const withinQuota = (rate: number) => Math.abs(rate - QPS) <= QPS * 0.05
 
 /** The runner's resident memory (KiB) and CPU time (seconds) from /proc. */
 const usage = (pid: number) => {
@@ -357,7 +359,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
          FROM task_attempts WHERE submit_state IN ('SUBMITTED', 'RUNNING')`,
         [windowStart]
       )
-      const within = buckets.filter((r) => Math.abs(r - QPS) <= QPS * 0.05).length
+      const within = buckets.filter(withinQuota).length
       console.log(
         `\n== bench:polling, idle entities ${mode}: ${TASKS} tasks in flight on ${PROCESSES} runner process(es), ` +
           `provider quota ${QPS}/s, ${WINDOW_S} s ==`
@@ -381,7 +383,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
         `quota slots granted: ${granted.toFixed(1)}/s = ${((granted / QPS) * 100).toFixed(1)}% of the quota; ` +
           `queries sent per slot granted: ${(rate / granted).toFixed(3)}; per 5 s bucket: ${
             grantBuckets.map((r) => r.toFixed(0)).join(" ")
-          } (${grantBuckets.filter((r) => Math.abs(r - QPS) <= QPS * 0.05).length} within ±5%)`
+          } (${grantBuckets.filter(withinQuota).length} within ±5%)`
       )
       console.log(
         `PostgreSQL transactions in the window: ${(xacts / (lastQueries - q0)).toFixed(2)} per query sent ` +

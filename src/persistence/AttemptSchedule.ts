@@ -35,13 +35,17 @@ export interface PollLease {
   readonly latenessMs: number
 }
 
-/** A poll's end, written as one group's row: the lease given back and the next poll scheduled. */
-interface Finish {
-  readonly attemptId: AttemptId
-  readonly token: string
+/** What a finished poll writes: its next poll `delayMs` from now, whether it failed, and its error. */
+interface PollOutcome {
   readonly delayMs: number
   readonly failed: boolean
   readonly error: string | null
+}
+
+/** A poll's end, written as one group's row: the lease given back and the next poll scheduled. */
+interface Finish extends PollOutcome {
+  readonly attemptId: AttemptId
+  readonly token: string
 }
 
 /**
@@ -136,7 +140,7 @@ export class AttemptSchedule extends Effect.Service<AttemptSchedule>()("AttemptS
     const finish = Effect.fn("AttemptSchedule.finish")(function*(
       attemptId: AttemptId,
       lease: PollLease,
-      next: { readonly delayMs: number; readonly failed: boolean; readonly error: string | null }
+      next: PollOutcome
     ) {
       yield* yield* finishes({ attemptId, token: lease.token, ...next })
     }, Effect.catchTag("SqlError", unavailable))
