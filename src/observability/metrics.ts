@@ -178,6 +178,9 @@ export const queueReceiveBatchSize = Metric.histogram(
 export const outboxPublished = Metric.counter("outbox_published_total", {
   description: "outbox rows published to the event queue by the relay"
 })
+export const outboxInFlight = Metric.gauge("outbox_in_flight", {
+  description: "outbox rows the relay has read and not yet marked published (its batches being sent or marked)"
+})
 
 // ── outputs and the object store (seed 19: outputs leave the worker's disk; a lost object is fetched again)
 

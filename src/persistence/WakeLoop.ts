@@ -22,10 +22,12 @@ export const runWakeLoop = <E, R>(options: {
   readonly batchSize: number
   readonly backoff: Backoff
   readonly drain: Effect.Effect<number, E, R>
+  /** Woken by offers to this queue too (the drain's own work, settling later, can call for another drain). */
+  readonly wake?: Queue.Queue<void>
 }): Effect.Effect<never, never, R | PgClient.PgClient | Scope.Scope> =>
   Effect.gen(function*() {
     const pg = yield* PgClient.PgClient
-    const wake = yield* Queue.sliding<void>(1)
+    const wake = options.wake ?? (yield* Queue.sliding<void>(1))
     const listening = listeningGauge.pipe(Metric.tagged("loop", options.name))
     yield* Metric.set(listening, 0)
     if (!(yield* EmbeddedDatabase)) yield* listenForWakes(pg, options.channel, options.name, listening, wake)

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, layer } from "@effect/vitest"
-import { Duration, Effect, Layer } from "effect"
+import { Deferred, Duration, Effect, Layer } from "effect"
 import * as Bus from "../../src/bus/NotificationBus.js"
 import { layerPropagationWith } from "../../src/propagation/Propagation.js"
 import { EventQueue, type OutgoingMessage, QueueUnavailable } from "../../src/queue/EventQueue.js"
@@ -27,6 +27,9 @@ const acknowledged: Array<OutgoingMessage> = []
 let refuse: (publish: number) => boolean = () => false
 let publishes = 0
 let refused = 0
+/** A publish holding a message of this project waits for `gate`. */
+let heldProject: string | undefined
+let gate = Effect.runSync(Deferred.make<void>())
 
 const flakyQueue = Layer.effect(
   EventQueue,
@@ -39,7 +42,11 @@ const flakyQueue = Layer.effect(
             refused++
             return Effect.fail(new QueueUnavailable({ message: "refused by the test" }))
           }
-          return inner.publish(messages).pipe(Effect.tap(() => acknowledged.push(...messages)))
+          const held = heldProject !== undefined && messages.some((m) => m.body.includes(heldProject!))
+          return (held ? Deferred.await(gate) : Effect.void).pipe(
+            Effect.zipRight(inner.publish(messages)),
+            Effect.tap(() => acknowledged.push(...messages))
+          )
         })
     }))
 ).pipe(Layer.provide(queueMemory))
@@ -65,7 +72,7 @@ const acknowledgedVersions = (taskIds: ReadonlyArray<string>) =>
     return [id, [...new Set(versions)]]
   }))
 
-describe.skipIf(noDatabase)("outbox relay: batches, each marked in the statement that reads the next", () => {
+describe.skipIf(noDatabase)("outbox relay: batches side by side, a task in one at a time", () => {
   layer(TestLayer, { timeout: scaled(60_000), excludeTestServices: true })((it) => {
     it.effect("a batch the queue refuses is not marked and is sent again until acknowledged: nothing is lost", () =>
       Effect.gen(function*() {
@@ -114,6 +121,30 @@ describe.skipIf(noDatabase)("outbox relay: batches, each marked in the statement
           expect(versionsByTask(seen.seen).get(id), id).toEqual([1, 2, 3, 4])
         }
         expect(seen.seen.length).toBe(40)
+      }).pipe(Effect.scoped))
+
+    it.effect("a batch whose send hangs holds its own tasks only: others are sent meanwhile, its task's later rows wait", () =>
+      Effect.gen(function*() {
+        const [slow, fast] = [uuid(), uuid()]
+        const seenSlow = yield* listen(yield* Bus.NotificationBus, slow)
+        const seenFast = yield* listen(yield* Bus.NotificationBus, fast)
+        gate = yield* Deferred.make<void>()
+        heldProject = slow
+        const a = yield* taskWithHistory(slow)
+        // the hanging batch holds a's first row(s); a's later rows wait for it; b's go past it
+        const b = yield* taskWithHistory(fast)
+        yield* until("b's 4 events while a's batch hangs", () => seenFast.seen.length >= 4)
+        expect(versionsByTask(seenFast.seen).get(b)).toEqual([1, 2, 3, 4])
+        expect(seenSlow.seen).toEqual([])
+        expect(acknowledged.filter((m) => m.group === a)).toEqual([])
+        expect(yield* unpublished([a])).toBe(4)
+
+        yield* Deferred.succeed(gate, undefined)
+        yield* until("a's 4 events", () => seenSlow.seen.length >= 4)
+        heldProject = undefined
+        expect(acknowledgedVersions([a]).get(a)).toEqual([1, 2, 3, 4])
+        expect(versionsByTask(seenSlow.seen).get(a)).toEqual([1, 2, 3, 4])
+        yield* eventually(unpublished([a, b]), (n) => n === 0)
       }).pipe(Effect.scoped))
   })
 })
