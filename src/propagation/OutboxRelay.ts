@@ -41,8 +41,8 @@ interface Row {
  * are marked published. Batches overlap: while up to OUTBOX_BATCHES_IN_FLIGHT are being sent or marked, the relay
  * reads and sends the next rows (the read leaves out the rows in flight). One task's order holds because a task is
  * in one batch in flight at most: a row whose task has rows in flight waits, and is read again once they settled.
- * So a slow send no longer holds every event committed after it, only that batch's tasks' (at 1,000 events/s, each
- * event waited for the whole batch before its own: the send's tail twice).
+ * So a slow send no longer holds every event committed after it, only that batch's tasks' (before, an event committed
+ * during a batch's send waited for that send's slowest message, then the mark, then its own send).
  *
  * At least once: a row is marked only after its send was acknowledged. A batch the queue refuses (or whose mark
  * fails) stays in flight, unmarked: the relay waits for the other batches, fails the drain, backs off and reads
