@@ -27,9 +27,10 @@ const acknowledged: Array<OutgoingMessage> = []
 let refuse: (publish: number) => boolean = () => false
 let publishes = 0
 let refused = 0
-/** A publish holding a message of this project waits for `gate`. */
+/** A publish holding a message of this project completes `holding`, then waits for `gate`. */
 let heldProject: string | undefined
 let gate = Effect.runSync(Deferred.make<void>())
+let holding = Effect.runSync(Deferred.make<void>())
 
 const flakyQueue = Layer.effect(
   EventQueue,
@@ -43,10 +44,11 @@ const flakyQueue = Layer.effect(
             return Effect.fail(new QueueUnavailable({ message: "refused by the test" }))
           }
           const held = heldProject !== undefined && messages.some((m) => m.body.includes(heldProject!))
-          return (held ? Deferred.await(gate) : Effect.void).pipe(
-            Effect.zipRight(inner.publish(messages)),
-            Effect.tap(() => acknowledged.push(...messages))
-          )
+          return (held ? Effect.zipRight(Deferred.succeed(holding, undefined), Deferred.await(gate)) : Effect.void)
+            .pipe(
+              Effect.zipRight(inner.publish(messages)),
+              Effect.tap(() => acknowledged.push(...messages))
+            )
         })
     }))
 ).pipe(Layer.provide(queueMemory))
@@ -129,9 +131,12 @@ describe.skipIf(noDatabase)("outbox relay: batches side by side, a task in one a
         const seenSlow = yield* listen(yield* Bus.NotificationBus, slow)
         const seenFast = yield* listen(yield* Bus.NotificationBus, fast)
         gate = yield* Deferred.make<void>()
+        holding = yield* Deferred.make<void>()
         heldProject = slow
         const a = yield* taskWithHistory(slow)
-        // the hanging batch holds a's first row(s); a's later rows wait for it; b's go past it
+        // the hanging batch holds a's first row(s) (and is out before b's are written); a's later rows wait for it;
+        // b's go past it
+        yield* Deferred.await(holding)
         const b = yield* taskWithHistory(fast)
         yield* until("b's 4 events while a's batch hangs", () => seenFast.seen.length >= 4)
         expect(versionsByTask(seenFast.seen).get(b)).toEqual([1, 2, 3, 4])
