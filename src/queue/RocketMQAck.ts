@@ -1,4 +1,4 @@
-import { Effect } from "effect"
+import { Effect, type Scope } from "effect"
 import type { MessageView, SimpleConsumer } from "rocketmq-client-nodejs"
 import definition from "rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb.js"
 import service from "rocketmq-client-nodejs/proto/apache/rocketmq/v2/service_pb.js"
@@ -52,3 +52,23 @@ export const ackAll = (
     )
   }, { concurrency: "unbounded" }).pipe(Effect.map((failed) => failed.flat()))
 }
+
+/**
+ * Sends a round's ack while its receiver goes on to ask for the next messages (a round trip less per receive): the
+ * answer returns once the ack is out, not done. At most `limit` acks are out at a time (one per receiver); they run
+ * in the scope, uninterruptibly, so a stopping consumer waits for them (each bounded by its request's deadline)
+ * before the client shuts down. Order holds: the broker hands out a group's next message only once this one is acked,
+ * however soon the next receive asks.
+ */
+export const makeAckBehind = <A>(
+  limit: number,
+  ack: (messages: ReadonlyArray<A>) => Effect.Effect<void>
+): Effect.Effect<(messages: ReadonlyArray<A>) => Effect.Effect<void, never, Scope.Scope>> =>
+  Effect.map(
+    Effect.makeSemaphore(limit),
+    (out) => (messages) =>
+      Effect.zipRight(out.take(1), Effect.forkScoped(Effect.ensuring(ack(messages), out.release(1)))).pipe(
+        Effect.uninterruptible,
+        Effect.asVoid
+      )
+  )

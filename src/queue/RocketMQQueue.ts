@@ -13,7 +13,7 @@ import {
   type OutgoingMessage,
   QueueUnavailable
 } from "./EventQueue.js"
-import { ackAll } from "./RocketMQAck.js"
+import { ackAll, makeAckBehind } from "./RocketMQAck.js"
 
 /** The defaults of the options below, which the settings (QueueSettings) take too: one place for each. */
 const defaults = {
@@ -168,6 +168,8 @@ export const makeRocketMQQueue = (
               )
             )
           )
+        // a round's ack goes out while its receiver asks for the next messages (RocketMQAck.ts)
+        const ackBehind = yield* makeAckBehind(receivers, ack)
         // back soon instead of after the invisible duration; the orderly queue stays locked until then
         const retryLater = (m: MessageView) =>
           Effect.tryPromise(() => consumer.changeInvisibleDuration(m, retryMs)).pipe(Effect.ignore)
@@ -229,7 +231,7 @@ export const makeRocketMQQueue = (
               failures.set(m.messageId, deliveries[i]!.attempt)
               if (failures.size > 10_000) failures.delete(failures.keys().next().value!)
             })
-            if (done.length > 0) yield* ack(done)
+            if (done.length > 0) yield* ackBehind(done)
             return new Set(handled.filter((_, i) => ok[i] !== true))
           })
 
