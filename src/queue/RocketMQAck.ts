@@ -55,7 +55,7 @@ export const ackAll = (
 
 /**
  * Sends a round's ack while its receiver goes on to ask for the next messages (a round trip less per receive): the
- * answer returns once the ack is out, not done. At most `limit` acks are out at a time (one per receiver); they run
+ * answer returns once the ack is out, not done. At most `limit` acks are out at a time (the consumer's receivers); they run
  * in the scope, uninterruptibly, so a stopping consumer waits for them (each bounded by its request's deadline)
  * before the client shuts down. Order holds: the broker hands out a group's next message only once this one is acked,
  * however soon the next receive asks.
