@@ -11,12 +11,13 @@ export const OutboxRelaySettings = S.area(
   "Outbox relay",
   "from the outbox table to the event queue (a cluster singleton)",
   {
-    batchSize: S.integer("OUTBOX_BATCH_SIZE", "outbox rows sent per batch", 256, { min: 1 }),
+    // at most 16 × 4,000 rows in flight: the read leaves them out by id, one bind parameter each (PostgreSQL: 65,535)
+    batchSize: S.integer("OUTBOX_BATCH_SIZE", "outbox rows sent per batch", 256, { min: 1, max: 4000 }),
     batchesInFlight: S.integer(
       "OUTBOX_BATCHES_IN_FLIGHT",
       "batches sent side by side (one task's rows are never in two of them at once)",
       4,
-      { min: 1 }
+      { min: 1, max: 16 }
     ),
     sweepInterval: S.duration(
       "OUTBOX_SWEEP_INTERVAL",
