@@ -62,13 +62,10 @@ export const OutboxRelayLive = Singleton.make(
     // payload as text: it goes on as the message body, never parsed here (id, a bigint, arrives as a string; never
     // cast it in the select list: ORDER BY id would then sort the text, "10" before "9")
     const read = (inFlight: ReadonlyArray<string>) =>
-      inFlight.length === 0
-        ? sql<Row>`
-            SELECT id, event_id, aggregate_id, payload::text FROM outbox_events
-            WHERE published_at IS NULL ORDER BY id LIMIT ${batchSize}`
-        : sql<Row>`
-            SELECT id, event_id, aggregate_id, payload::text FROM outbox_events
-            WHERE published_at IS NULL AND id NOT IN ${sql.in(inFlight)} ORDER BY id LIMIT ${batchSize}`
+      sql<Row>`
+        SELECT id, event_id, aggregate_id, payload::text FROM outbox_events
+        WHERE published_at IS NULL ${inFlight.length === 0 ? sql`` : sql`AND id NOT IN ${sql.in(inFlight)}`}
+        ORDER BY id LIMIT ${batchSize}`
 
     const mark = (ids: ReadonlyArray<string>) =>
       sql`
