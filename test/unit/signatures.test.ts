@@ -60,6 +60,17 @@ describe("Standard Webhooks", () => {
     expect(check(headers(), reserialized)).toEqual(Either.left("bad_signature"))
   })
 
+  it("takes a secret with or without its whsec_ prefix, and throws on one that is not base64 (never a wrong key)", () => {
+    const bare = vector.secret.slice("whsec_".length)
+    expect(Either.isRight(check(headers(), vector.body, at(1614265330), [{ version: "bare", secret: bare }])))
+      .toBe(true)
+    // Buffer's base64 would skip the characters it cannot read and sign with what is left
+    expect(() => check(headers(), vector.body, at(1614265330), [{ version: "bad", secret: "whsec_not*base64!" }]))
+      .toThrow(/not base64/)
+    expect(() => check(headers(), vector.body, at(1614265330), [{ version: "empty", secret: "whsec_" }]))
+      .toThrow(/not base64/)
+  })
+
   it("agrees with the library's own verify for a message it signs", () => {
     const wh = new Webhook(vector.secret)
     const now = new Date()
