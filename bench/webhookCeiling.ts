@@ -3,12 +3,13 @@
  * ids) doing what a webhook must cost at least: read the body, the same Standard Webhooks verification
  * (verifyStandardWebhook), JSON.parse, and the same grouped inbox insert (CallbackInbox's statement and row shape,
  * through `pg` as @effect/sql-pg uses it) with the same batch size and number of writers; 204 once the batch is
- * committed. Run as a child process: HTTP_PORT, DATABASE_URL, OPENAI_WEBHOOK_SECRET, WRITERS (4).
+ * committed. Run as a child process: HTTP_PORT, DATABASE_URL, OPENAI_WEBHOOK_SECRET, WRITERS (4, the runner's
+ * INBOX_WRITE_PARALLELISM default; bench:webhooks passes the runner's).
  */
 import { createHash } from "node:crypto"
 import * as http from "node:http"
 import pg from "pg"
-import { INBOX_INSERT, inboxBatch, type InboxEntry } from "../src/intake/CallbackInbox.js"
+import { INBOX_INSERT, INBOX_MORE_WHEN_QUEUED, inboxBatch, type InboxEntry } from "../src/intake/CallbackInbox.js"
 import { INBOX_CHANNEL } from "../src/persistence/channels.js"
 import { verifyStandardWebhook } from "../src/providers/signatures.js"
 
@@ -20,7 +21,8 @@ type Waiting = { readonly entry: InboxEntry; readonly done: (ok: boolean) => voi
 const queue: Array<Waiting> = []
 let busy = 0
 const drain = () => {
-  while (busy < writers && queue.length > 0) {
+  // as the runner's group commit: while a batch is out, the next waits for INBOX_MORE_WHEN_QUEUED callbacks
+  while (busy < writers && queue.length >= (busy === 0 ? 1 : INBOX_MORE_WHEN_QUEUED)) {
     const batch = queue.splice(0, 128)
     busy++
     const insert = (ws: Array<Waiting>) => pool.query(INBOX_INSERT, [inboxBatch(ws.map((w) => w.entry)), INBOX_CHANNEL])

@@ -91,7 +91,14 @@ const main = async () => {
       const port = await freePort()
       const child = fork(await ceilingProgram(), [], {
         execArgv: [],
-        env: { ...process.env, HTTP_PORT: String(port), DATABASE_URL: url.toString(), OPENAI_WEBHOOK_SECRET: SECRET }
+        env: {
+          ...process.env,
+          HTTP_PORT: String(port),
+          DATABASE_URL: url.toString(),
+          OPENAI_WEBHOOK_SECRET: SECRET,
+          // as many writers as the runners have
+          WRITERS: process.env.INBOX_WRITE_PARALLELISM ?? "4"
+        }
       })
       children.push(child)
       await ready(child)

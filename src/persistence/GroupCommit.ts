@@ -20,6 +20,11 @@ export const makeGroupCommit = <I, O, E>(options: {
   readonly name: string
   readonly parallelism: number
   readonly maxBatch: number
+  /**
+   * While a batch runs, another starts only once this many items wait (default 1: at once). A writer whose statement
+   * costs much per call (the inbox's) keeps its batches large this way and still overlaps them under heavy load.
+   */
+  readonly moreWhenQueued?: number
   /** Runs one batch; returns one result per item, in order. */
   readonly run: (items: ReadonlyArray<I>) => Effect.Effect<ReadonlyArray<O>, E>
 }) =>
@@ -77,9 +82,12 @@ export const makeGroupCommit = <I, O, E>(options: {
         }))
       )
 
+    const moreWhenQueued = Math.max(1, options.moreWhenQueued ?? 1)
     const drain = () => {
       soon = false
-      while (!closed && running < options.parallelism && queued.length > 0) {
+      while (
+        !closed && running < options.parallelism && queued.length >= (running === 0 ? 1 : moreWhenQueued)
+      ) {
         const batch = queued.length <= options.maxBatch ? queued : queued.slice(0, options.maxBatch)
         queued = queued.length <= options.maxBatch ? [] : queued.slice(options.maxBatch)
         running++

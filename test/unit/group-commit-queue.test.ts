@@ -19,6 +19,50 @@ describe("group commit queue", () => {
       expect(batches.length).toBeLessThan(5)
     }))
 
+  it.scoped("moreWhenQueued: while a batch runs, the next starts only once that many wait, then takes them all", () =>
+    Effect.gen(function*() {
+      const batches: Array<ReadonlyArray<number>> = []
+      const release: Array<Deferred.Deferred<void>> = []
+      const commit = yield* makeGroupCommit({
+        name: "test",
+        parallelism: 4,
+        maxBatch: 100,
+        moreWhenQueued: 3,
+        run: (items: ReadonlyArray<number>) =>
+          Effect.gen(function*() {
+            const gate = yield* Deferred.make<void>()
+            batches.push(items)
+            release.push(gate)
+            yield* Deferred.await(gate)
+            return items
+          })
+      })
+      const first = yield* Effect.fork(commit(0))
+      yield* Effect.yieldNow().pipe(Effect.repeat({ until: () => batches.length === 1 }))
+      // two wait: under the threshold, no second batch while the first runs
+      const waiting = yield* Effect.forkAll([1, 2].map((n) => commit(n)))
+      yield* Effect.yieldNow().pipe(Effect.repeat({ times: 20 }))
+      expect(batches).toEqual([[0]])
+      // a third makes three waiting: they go together, beside the first
+      const third = yield* Effect.fork(commit(3))
+      yield* Effect.yieldNow().pipe(Effect.repeat({ until: () => batches.length === 2 }))
+      expect(batches).toEqual([[0], [1, 2, 3]])
+      // one more waits; the first batch ending does not let it go while the second still runs (one is not three)
+      const fourth = yield* Effect.fork(commit(4))
+      yield* Deferred.succeed(release[0]!, undefined)
+      expect(yield* Fiber.join(first)).toBe(0)
+      yield* Effect.yieldNow().pipe(Effect.repeat({ times: 20 }))
+      expect(batches.length).toBe(2)
+      // every batch ended: what waits goes, however little
+      yield* Deferred.succeed(release[1]!, undefined)
+      expect(yield* Fiber.join(waiting)).toEqual([1, 2])
+      expect(yield* Fiber.join(third)).toBe(3)
+      yield* Effect.yieldNow().pipe(Effect.repeat({ until: () => batches.length === 3 }))
+      expect(batches[2]).toEqual([4])
+      yield* Deferred.succeed(release[2]!, undefined)
+      expect(yield* Fiber.join(fourth)).toBe(4)
+    }))
+
   it.scoped("a batch's failure, or a throw while it is built, reaches its callers and no one else's", () =>
     Effect.gen(function*() {
       const commit = yield* makeGroupCommit({
