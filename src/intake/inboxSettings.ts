@@ -4,7 +4,7 @@ import * as S from "../config/Settings.js"
 export const InboxSettings = S.area("Inbox", "storing provider callbacks and applying them to tasks", {
   writeParallelism: S.integer(
     "INBOX_WRITE_PARALLELISM",
-    "group commit workers writing callbacks to the inbox",
+    "group commit workers writing callbacks to the inbox; one more starts only while 32 callbacks wait",
     4,
     { min: 1 }
   ),
