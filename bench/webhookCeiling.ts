@@ -20,11 +20,15 @@ const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: writ
 type Waiting = { readonly entry: InboxEntry; readonly done: (ok: boolean) => void }
 const queue: Array<Waiting> = []
 let busy = 0
+/** INSERTs sent and the callbacks they carried (GET /stats): the bench prints callbacks per INSERT, as the runner's. */
+const written = { statements: 0, rows: 0 }
 const drain = () => {
   // as the runner's group commit: while a batch is out, the next waits for INBOX_MORE_WHEN_QUEUED callbacks
   while (busy < writers && queue.length >= (busy === 0 ? 1 : INBOX_MORE_WHEN_QUEUED)) {
     const batch = queue.splice(0, 128)
     busy++
+    written.statements++
+    written.rows += batch.length
     const insert = (ws: Array<Waiting>) => pool.query(INBOX_INSERT, [inboxBatch(ws.map((w) => w.entry)), INBOX_CHANNEL])
     // as CallbackInbox: a failed batch (two batches holding the same duplicate can deadlock) is written row by row
     insert(batch).then(
@@ -40,6 +44,9 @@ const drain = () => {
 const answer = (res: http.ServerResponse, status: number) => res.writeHead(status, { "content-length": 0 }).end()
 
 http.createServer((req, res) => {
+  if (req.url === "/stats") {
+    return void res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(written))
+  }
   const chunks: Array<Buffer> = []
   req.on("data", (c: Buffer) => chunks.push(c))
   req.on("end", () => {

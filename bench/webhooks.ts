@@ -43,6 +43,10 @@ const inboxBatches = async (port: number) => {
   return { statements: value("group_commit_batch_size_count"), rows: value("group_commit_batch_size_sum") }
 }
 
+/** The ceiling's INSERTs so far, and the callbacks they carried (its GET /stats). */
+const ceilingBatches = async (port: number): Promise<{ statements: number; rows: number }> =>
+  (await fetch(`http://127.0.0.1:${port}/stats`)).json() as Promise<{ statements: number; rows: number }>
+
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
 interface LoadResult {
@@ -66,8 +70,8 @@ interface Phase {
   readonly loadCpu: number
   readonly late: number
   readonly statuses: Record<string, number>
-  /** Callbacks per INSERT (runners only). */
-  readonly batch: number | undefined
+  /** Callbacks per INSERT. */
+  readonly batch: number
   /** The other runner's CPU (fraction of a core) while one took the load: what a runner costs with no webhooks. */
   readonly idleCpu: number | undefined
 }
@@ -134,7 +138,7 @@ const main = async () => {
       const idle0 = idleRunner === undefined ? 0 : cpuSeconds(idleRunner.child.pid!)
       const pids = [...servers.map((s) => s.pid), load.pid!]
       const isRunner = runners.some((r) => r.httpPort === servers[0]!.port)
-      const batches = () => isRunner ? Promise.all(servers.map((s) => inboxBatches(s.port))) : Promise.resolve([])
+      const batches = () => Promise.all(servers.map((s) => isRunner ? inboxBatches(s.port) : ceilingBatches(s.port)))
       const batches0 = await batches()
       const before = pids.map(cpuSeconds)
       const r = await run({ mode, ports: servers.map((s) => s.port), seconds: SECONDS })
@@ -154,10 +158,8 @@ const main = async () => {
         late: r.late,
         statuses: r.statuses,
         idleCpu,
-        batch: isRunner
-          ? (sum(batches1, "rows") - sum(batches0, "rows")) /
-            (sum(batches1, "statements") - sum(batches0, "statements"))
-          : undefined
+        batch: (sum(batches1, "rows") - sum(batches0, "rows")) /
+          (sum(batches1, "statements") - sum(batches0, "statements"))
       }
     }
     const runner = (n: number) => runners.slice(0, n).map((r) => ({ pid: r.child.pid!, port: r.httpPort }))
@@ -168,7 +170,7 @@ const main = async () => {
           p.p99.toFixed(1)
         } ms  CPU ${p.cpuMsPerWebhook.toFixed(2)} ms/webhook  load generator ${
           (p.loadCpu * 100).toFixed(0)
-        }% of a core${p.batch === undefined ? "" : `  ${p.batch.toFixed(1)} callbacks/INSERT`}${
+        }% of a core  ${p.batch.toFixed(1)} callbacks/INSERT${
           p.idleCpu === undefined ? "" : `  (idle runner ${(p.idleCpu * 100).toFixed(0)}% of a core)`
         }${p.late > 0 ? `  unanswered ${p.late}` : ""}  ${JSON.stringify(p.statuses)}`
       )
@@ -212,7 +214,7 @@ const main = async () => {
           med(name, (p) => p.p99).toFixed(1)
         } ms  CPU ${med(name, (p) => p.cpuMsPerWebhook).toFixed(3)} ms/webhook  load generator ${
           (med(name, (p) => p.loadCpu) * 100).toFixed(0)
-        }%`
+        }%  ${med(name, (p) => p.batch).toFixed(1)} callbacks/INSERT`
       )
     }
     console.log(`runner / ceiling, 1 process: ${(ratio("runner ×1", "ceiling ×1") * 100).toFixed(0)}% (goal ≥ 70%)`)
