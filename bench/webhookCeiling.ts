@@ -9,7 +9,8 @@
 import { createHash } from "node:crypto"
 import * as http from "node:http"
 import pg from "pg"
-import { INBOX_INSERT, INBOX_MORE_WHEN_QUEUED, inboxBatch, type InboxEntry } from "../src/intake/CallbackInbox.js"
+import { INBOX_INSERT, inboxBatch, type InboxEntry } from "../src/intake/CallbackInbox.js"
+import { INBOX_MAX_BATCH, INBOX_MORE_WHEN_QUEUED } from "../src/intake/inboxSettings.js"
 import { INBOX_CHANNEL } from "../src/persistence/channels.js"
 import { verifyStandardWebhook } from "../src/providers/signatures.js"
 
@@ -25,7 +26,7 @@ const written = { statements: 0, rows: 0 }
 const drain = () => {
   // as the runner's group commit: while a batch is out, the next waits for INBOX_MORE_WHEN_QUEUED callbacks
   while (busy < writers && queue.length >= (busy === 0 ? 1 : INBOX_MORE_WHEN_QUEUED)) {
-    const batch = queue.splice(0, 128)
+    const batch = queue.splice(0, INBOX_MAX_BATCH)
     busy++
     written.statements++
     written.rows += batch.length

@@ -34,7 +34,10 @@ let ceiling: Promise<string> | undefined
 const ceilingProgram = () => ceiling ??= bundle("bench/webhookCeiling.ts")
 
 /** The runner's inbox group commits so far (its /metrics): statements and the callbacks they carried. */
-const inboxBatches = async (port: number) => {
+/** INSERTs written so far, and the callbacks they carried. */
+type Inserts = { readonly statements: number; readonly rows: number }
+
+const inboxBatches = async (port: number): Promise<Inserts> => {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
   const value = (name: string) => {
     const line = text.split("\n").find((l) => l.startsWith(`${name}{`) && l.includes(`writer="inbox"`))
@@ -44,8 +47,8 @@ const inboxBatches = async (port: number) => {
 }
 
 /** The ceiling's INSERTs so far, and the callbacks they carried (its GET /stats). */
-const ceilingBatches = async (port: number): Promise<{ statements: number; rows: number }> =>
-  (await fetch(`http://127.0.0.1:${port}/stats`)).json() as Promise<{ statements: number; rows: number }>
+const ceilingBatches = async (port: number): Promise<Inserts> =>
+  (await fetch(`http://127.0.0.1:${port}/stats`)).json() as Promise<Inserts>
 
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
@@ -145,8 +148,7 @@ const main = async () => {
       const used = pids.map((pid, i) => cpuSeconds(pid) - before[i]!)
       const idleCpu = idleRunner === undefined ? undefined : (cpuSeconds(idleRunner.child.pid!) - idle0) / r.elapsed
       const batches1 = await batches()
-      const sum = (bs: ReadonlyArray<{ statements: number; rows: number }>, k: "statements" | "rows") =>
-        bs.reduce((n, b) => n + b[k], 0)
+      const sum = (bs: ReadonlyArray<Inserts>, k: keyof Inserts) => bs.reduce((n, b) => n + b[k], 0)
       const serverCpu = used.slice(0, -1).reduce((a, b) => a + b, 0)
       const ok = r.latencies.length
       return {

@@ -5,7 +5,7 @@ import { INBOX_CHANNEL } from "../persistence/channels.js"
 import { makeGroupCommit } from "../persistence/GroupCommit.js"
 import { storableText } from "../persistence/storableText.js"
 import { storageUnavailable } from "../persistence/storageUnavailable.js"
-import { InboxSettings } from "./inboxSettings.js"
+import { INBOX_MAX_BATCH, INBOX_MORE_WHEN_QUEUED, InboxSettings } from "./inboxSettings.js"
 
 export interface InboxEntry {
   readonly provider: string
@@ -99,15 +99,6 @@ const byKey = (a: { provider: string; dedup_key: string }, b: { provider: string
 export const inboxBatch = (entries: ReadonlyArray<InboxEntry>): string =>
   JSON.stringify(entries.map(inboxRecord).sort(byKey))
 
-/**
- * While an inbox batch is being written, the next starts only once this many callbacks wait: each INSERT costs the
- * runner (its statement, the socket write, the answer) and PostgreSQL (concurrent inserts into one table) much more
- * than a row does. With a batch started as soon as a writer was free, bench:webhooks' runner wrote 8 callbacks per
- * INSERT at 6,800/s (4 writers); held to 32 waiting, 28 per INSERT at 12,000/s (a writer alone: 31, 11,200/s; the
- * latency at 1,000/s offered unchanged). Exported for bench:webhooks' ceiling, which writes the same way.
- */
-export const INBOX_MORE_WHEN_QUEUED = 32
-
 /** One row's write: stored or duplicate, or why it failed (PostgreSQL's error, or a defect). */
 export type Written = Either.Either<"stored" | "duplicate", Cause.Cause<SqlError>>
 
@@ -154,7 +145,7 @@ export class CallbackInbox extends Effect.Service<CallbackInbox>()("CallbackInbo
     const enqueue = yield* makeGroupCommit({
       name: "inbox",
       parallelism: writeParallelism,
-      maxBatch: 128,
+      maxBatch: INBOX_MAX_BATCH,
       moreWhenQueued: INBOX_MORE_WHEN_QUEUED,
       run: (entries: ReadonlyArray<InboxEntry>): Effect.Effect<ReadonlyArray<Written>> =>
         entries.length === 1
