@@ -1,6 +1,7 @@
 /**
  * npm run bench:webhooks — validly signed Standard Webhooks callbacks (OpenAI's shape; 10% exact duplicates) on
- * loopback into real PostgreSQL, against the runner (gateway only: INBOX_PROCESSOR_ENABLED=false) and, in the same
+ * loopback into real PostgreSQL, against webhook gateway processes (RUNNER_ROLES=webhooks, as README "Production"
+ * deploys them; BENCH_ROLES=all runs every role, with INBOX_PROCESSOR_ENABLED=false) and, in the same
  * run, against its ceiling: a bare node:http server doing the same verification and the same grouped inbox insert
  * (bench/webhookCeiling.ts). They take turns (runner, ceiling, runner, ceiling ...) so both see the same machine;
  * the figures are medians over the rounds, and the ratio is the runner's over the ceiling's.
@@ -14,6 +15,8 @@
  *
  *   BENCH_SECONDS (5)  BENCH_ROUNDS (3)  BENCH_CONCURRENCY (64)  BENCH_RATE (1000)  BENCH_LOAD_WORKERS (1)
  *   BENCH_NODE_ARGS (node flags for the runners, e.g. --cpu-prof)  DATABASE_URL (admin URL; a fresh database)
+ *   BENCH_ROLES (the runners' RUNNER_ROLES: "webhooks"; "all" for every role: their idle work, 3-7% of a core each
+ *   here, counts in the CPU per webhook then)
  */
 import { type ChildProcess, fork } from "node:child_process"
 import pg from "pg"
@@ -25,6 +28,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
 const CONNECTIONS = Number(process.env.BENCH_CONCURRENCY ?? 64)
 const RATE = Number(process.env.BENCH_RATE ?? 1000)
 const LOAD_WORKERS = Number(process.env.BENCH_LOAD_WORKERS ?? 1)
+const ROLES = process.env.BENCH_ROLES ?? "webhooks"
 const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a.length > 0)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const SECRET = "whsec_" + Buffer.from("bench-openai-secret-0123456789ab").toString("base64")
@@ -89,9 +93,14 @@ const main = async () => {
   const children: Array<ChildProcess> = []
   const runners: Array<Awaited<ReturnType<typeof startRunnerProcess>>> = []
   try {
-    const env = { DATABASE_URL: url.toString(), OPENAI_WEBHOOK_SECRET: SECRET, INBOX_PROCESSOR_ENABLED: "false" }
+    const env = {
+      DATABASE_URL: url.toString(),
+      OPENAI_WEBHOOK_SECRET: SECRET,
+      INBOX_PROCESSOR_ENABLED: "false",
+      ...(ROLES === "all" ? {} : { RUNNER_ROLES: ROLES })
+    }
     // one after the other: the first applies the migrations
-    for (let i = 0; i < 2; i++) runners.push(await startRunnerProcess(env, { nodeArgs }))
+    for (let i = 0; i < 2; i++) runners.push(await startRunnerProcess(env, { nodeArgs, readyPath: "/readyz" }))
     console.error("runners up")
     const ceilings: Array<{ child: ChildProcess; port: number }> = []
     for (let i = 0; i < 2; i++) {
