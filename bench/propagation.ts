@@ -14,7 +14,9 @@
  *      its ceiling: the RocketMQ client alone at 1,000 messages/s (20 ms ticks, as the commits come; groups side
  *      by side; the same receives), send called → message received p50/p99; after each phase, from the runner's
  *      queue_consume_lag_seconds (the relay's send → the dispatcher's receive), the share within 10/50/100/250 ms,
- *      which tells the relay's part of the tail (commit → send) from the broker's (send → receive);
+ *      which tells the relay's part of the tail (commit → send) from the broker's (send → receive); for the ceiling
+ *      and each phase, the p50/p99 of what was sent (committed) in its first 5 s (the step from idle to its rate)
+ *      and of the rest;
  *   and the runner's event-loop lag p99 and shard-lock losses.
  * BENCH_PROCESSES=2 splits the runner in two processes by their roles: the relay's (api,entities,singletons) and the
  * dispatcher's (dispatcher), each on its own event loop (README, "Production"); the lag shares are the dispatcher's.
@@ -57,6 +59,8 @@ const SEND_CONCURRENCY = Number(process.env.ROCKETMQ_SEND_CONCURRENCY ?? 256)
 const RECEIVERS = Number(process.env.ROCKETMQ_RECEIVERS ?? 4)
 const ceilingTopic = `bench-ceiling-${suffix}`
 const ceilingGroup = `bench-ceiling-consumer-${suffix}`
+/** The start of a latency phase (the step from idle to its rate), reported apart from the rest of it. */
+const STEP_MS = 5000
 const PHASES = (process.env.BENCH_PHASES ?? "sustained,latency").split(",")
 const PROCESSES = Number(process.env.BENCH_PROCESSES ?? 1)
 if (PROCESSES !== 1 && PROCESSES !== 2) {
@@ -92,6 +96,19 @@ const sampleBody = (task: string, s: number) =>
     schema_version: 1,
     aggregate_version: s
   }).replaceAll(":", ": ").replaceAll(",", ", ")
+
+/**
+ * "sent in the first 5 s: p50/p99; after them: p50/p99" for (start, latency) samples: the step from idle to a
+ * phase's rate apart from the rest of it.
+ */
+const stepLine = (what: string, samples: ReadonlyArray<readonly [number, number]>) => {
+  const from = Math.min(...samples.map(([at]) => at))
+  const part = (early: boolean) => {
+    const xs = samples.filter(([at]) => (at - from < STEP_MS) === early).map(([, latency]) => latency)
+    return `p50 ${percentile(xs, 50).toFixed(1)} ms, p99 ${percentile(xs, 99).toFixed(1)} ms`
+  }
+  return `  ${what} in the first ${STEP_MS / 1000} s: ${part(true)}; after them: ${part(false)}`
+}
 
 const quiet = { info: () => {}, warn: () => {}, error: () => {} }
 
@@ -182,7 +199,7 @@ const ceilingLatency = async (rate: number, seconds: number) => {
   execFileSync("scripts/rocketmq.sh", ["topic", latencyTopic, latencyGroup], { stdio: "inherit" })
   const { producer, consumer } = await ceilingClients(latencyTopic, latencyGroup)
   const sentAt = new Map<string, number>()
-  const latencies: Array<number> = []
+  const samples: Array<readonly [number, number]> = []
   let receiving = true
   const receiveLoop = async () => {
     while (receiving) {
@@ -191,7 +208,7 @@ const ceilingLatency = async (rate: number, seconds: number) => {
       for (const m of messages) {
         const id = m.properties.get("n")
         const t = id === undefined ? undefined : sentAt.get(id)
-        if (t !== undefined) latencies.push(at - t)
+        if (t !== undefined) samples.push([t, at - t])
       }
       await Promise.all(messages.map((m) => consumer.ack(m).catch(() => undefined)))
     }
@@ -224,12 +241,13 @@ const ceilingLatency = async (rate: number, seconds: number) => {
   }
   await Promise.all(pending)
   const deadline = performance.now() + 30_000
-  while (latencies.length < s && performance.now() < deadline) await sleep(100)
+  while (samples.length < s && performance.now() < deadline) await sleep(100)
   receiving = false
   await Promise.race([Promise.all(loops), sleep(6000)])
   await producer.shutdown().catch(() => undefined)
   await consumer.shutdown().catch(() => undefined)
   execFileSync("scripts/rocketmq.sh", ["drop", latencyTopic, latencyGroup], { stdio: "inherit" })
+  const latencies = samples.map(([, latency]) => latency)
   console.log(
     `ceiling at ${rate} messages/s for ${seconds} s (RocketMQ client alone): ${latencies.length}/${s} received; ` +
       `send → receive p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${
@@ -237,6 +255,7 @@ const ceilingLatency = async (rate: number, seconds: number) => {
       } ms, ` +
       `max ${Math.max(...latencies).toFixed(0)} ms`
   )
+  console.log(stepLine("sent", samples))
 }
 
 /**
@@ -409,9 +428,10 @@ const main = async () => {
         await sleep(200)
       }
       const cpu = runners.map((r, i) => cpuSeconds(r.child.pid!) - cpuBefore[i]!)
-      const latencies = [...received.entries()].filter(([s]) => s > latencyStart).map(([s, at]) =>
-        at - committedAt.get(s)!
+      const samples = [...received.entries()].filter(([s]) => s > latencyStart).map(([s, at]) =>
+        [committedAt.get(s)!, at - committedAt.get(s)!] as const
       )
+      const latencies = samples.map(([, latency]) => latency)
       console.log(
         `at ${rate} events/s for ${SECONDS} s: ${latencies.length}/${sent2} delivered; commit → Redis delivery ` +
           `p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms, ` +
@@ -419,6 +439,7 @@ const main = async () => {
             cpu.map((c) => `${(1000 * c / sent2).toFixed(2)} ms`).join(" + ")
           } per event`
       )
+      console.log(stepLine("committed", samples))
       console.log(consumeLagLine(lagBefore, await dispatcherScrape(httpPort)))
     }
     console.log(healthLine(runners.map((r) => r.health.stop())))
