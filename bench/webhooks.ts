@@ -15,7 +15,7 @@
  *
  *   BENCH_SECONDS (5)  BENCH_ROUNDS (3)  BENCH_CONCURRENCY (64)  BENCH_RATE (1000)  BENCH_LOAD_WORKERS (1)
  *   BENCH_NODE_ARGS (node flags for the runners, e.g. --cpu-prof)  DATABASE_URL (admin URL; a fresh database)
- *   BENCH_ROLES (the runners' RUNNER_ROLES: "webhooks"; "all" for every role: their idle work, 3-7% of a core each
+ *   BENCH_ROLES (the runners' RUNNER_ROLES: "webhooks"; "all" for every role: their idle work, 2-7% of a core each
  *   here, counts in the CPU per webhook then)
  */
 import { type ChildProcess, fork } from "node:child_process"
@@ -37,10 +37,10 @@ const SECRET = "whsec_" + Buffer.from("bench-openai-secret-0123456789ab").toStri
 let ceiling: Promise<string> | undefined
 const ceilingProgram = () => ceiling ??= bundle("bench/webhookCeiling.ts")
 
-/** The runner's inbox group commits so far (its /metrics): statements and the callbacks they carried. */
 /** INSERTs written so far, and the callbacks they carried. */
 type Inserts = { readonly statements: number; readonly rows: number }
 
+/** The runner's inbox group commits so far (its /metrics). */
 const inboxBatches = async (port: number): Promise<Inserts> => {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
   const value = (name: string) => {
