@@ -97,6 +97,9 @@ const startRunner = (databaseUrl: string, httpPort: number, runnerPort: number) 
         HTTP_PORT: String(httpPort),
         RUNNER_PORT: String(runnerPort),
         POLL_INTERVAL_SCALE: "0.05",
+        // a fifth of the provider's answers are 429s: with the default 3 attempts a task fails once in ~125 (CI's run
+        // of 4c6ce07 drew it: "not all ready: failed, …"); the workload is to see 429s, not to fail tasks
+        MAX_SUBMIT_ATTEMPTS: "12",
         PROVIDER_TIMEOUT: "2 seconds",
         RUNWAY_LOOKUP: "false",
         ORPHAN_FLAG_AFTER: "1",
@@ -224,9 +227,6 @@ const expectations: ReadonlyArray<readonly [string, (v: number) => boolean]> = [
   [`sum(effect_cluster_singletons)`, (v) => v > 0]
 ]
 
-// SKIPPED, NOT PASSING: after issue #13's branches were merged this test failed in 3 runs of 3 (a series missing from
-// the workload: the 'duplicate' callback outcome, then a workload wait that ended with "3"), though it passed on its
-// own branch. Skipped so that CI can land the rest; the closing note of #13 says so. Remove the `true ||` to run it.
 describe.skipIf(skip)("Prometheus scrapes two runners", () => {
   layer(TestLayer, { timeout: scaled(120_000), excludeTestServices: true })((it) => {
     it.effect("every series is present and non-zero after a small workload", () =>
@@ -296,10 +296,16 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
           create(httpB, "runway")
         ])
         // all four ready (the failure says where each one stopped)
-        yield* sql<{ status: string }>`SELECT status FROM generation_tasks WHERE id IN ${sql.in(tasks)}`.pipe(
+        yield* sql<{ status: string; error_code: string | null }>`
+          SELECT status, error_code FROM generation_tasks WHERE id IN ${sql.in(tasks)}`.pipe(
           Effect.filterOrFail(
             (rows) => rows.every((r) => r.status === "ready"),
-            (rows) => new Error(`not all ready: ${rows.map((r) => r.status).join(", ")}`)
+            (rows) =>
+              new Error(
+                `not all ready: ${
+                  rows.map((r) => r.error_code ? `${r.status} (${r.error_code})` : r.status).join(", ")
+                }`
+              )
           ),
           Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(90))))),
           Effect.orDie
@@ -340,10 +346,10 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
         yield* create(httpA, "runway")
 
         // every expectation at once, from one Prometheus (a scrape a second), until all hold or the time is up
-        const unmet = Effect.forEach(expectations, ([promql, ok]) =>
-          Effect.map(query(promql), (v) => (ok(v) ? [] : [`${promql} = ${v}`]))).pipe(Effect.map((r) =>
-            r.flat()
-          ))
+        const unmet = Effect.forEach(
+          expectations,
+          ([promql, ok]) => Effect.map(query(promql), (v) => (ok(v) ? [] : [`${promql} = ${v}`]))
+        ).pipe(Effect.map((r) => r.flat()))
         let failing: ReadonlyArray<string> = []
         yield* unmet.pipe(
           Effect.tap((f) => Effect.sync(() => (failing = f))),
