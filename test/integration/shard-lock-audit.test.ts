@@ -38,6 +38,19 @@ describe.skipIf(noDatabase)("shard-lock audit", () => {
         const sharding = yield* Sharding.Sharding
         const sql = yield* SqlClient.SqlClient
         const before = (yield* Metric.value(orphaned)).count
+        // every session seen holding the lock of shard 8 (one the runner serves): its lock connection. A second one
+        // means the library rebuilt that connection meanwhile (a lock operation past its deadline on a loaded machine;
+        // CI's run of 4cd7811 did): the old one may go back to the pool still holding its locks, the case the audit
+        // exists for, and then the audit rightly frees those too
+        const lockHolders = new Set<number>()
+        yield* sql<{ pid: number }>`
+          SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = ${SHARD_LOCK + 1}
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`.pipe(
+          Effect.tap((rows) => Effect.sync(() => rows.forEach((r) => lockHolders.add(r.pid)))),
+          Effect.ignore,
+          Effect.repeat(Schedule.spaced("100 millis")),
+          Effect.forkScoped
+        )
         // the runner takes every other shard; this one is locked by its own leaked session
         yield* Effect.suspend(() => sharding.hasShardId(ShardId.make("default", 8)) ? Effect.void : Effect.fail("no"))
           .pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo(scaledDuration("30 seconds")))))
@@ -53,8 +66,11 @@ describe.skipIf(noDatabase)("shard-lock audit", () => {
           WHERE pid = ${leakedPid} AND locktype = 'advisory' AND granted AND objid = ${SHARD_LOCK}`
         expect(stillLocked[0]!.n).toBe(0)
         // counted when the audit freed it. Once in about five runs here the lock was gone with nothing counted and the
-        // session still alive (cause not found: see stop 28's note); the shard is served either way
-        expect((yield* Metric.value(orphaned)).count - before).toBeLessThanOrEqual(1)
+        // session still alive (cause not found: see stop 28's note); the shard is served either way. Nothing else is
+        // freed unless the lock connection was rebuilt: then at most the old one's locks of the other 299 shards
+        const rebuilt = lockHolders.size > 1
+        expect((yield* Metric.value(orphaned)).count - before, `lock connections seen: ${[...lockHolders]}`)
+          .toBeLessThanOrEqual(rebuilt ? 300 : 1)
         // the runner's lock connection (holding served shards) is left alone: every shard stays served
         const held = yield* sql<{ n: number }>`
           SELECT count(*)::int AS n FROM pg_locks
@@ -62,6 +78,7 @@ describe.skipIf(noDatabase)("shard-lock audit", () => {
             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
         expect(held[0]!.n).toBe(300)
       }).pipe(
+        Effect.scoped,
         Effect.provide(
           layerTestRunner(layerLeakedLock.pipe(Layer.provideMerge(layerTestDatabase())), {
             settings: {
