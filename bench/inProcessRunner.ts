@@ -20,9 +20,14 @@ const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.suc
 
 /**
  * The runner's layers (task entities and Echo) on the database at `url`, its pool of `pool` connections; with
- * `lifecycle`, the runner's own task lifecycle (else none: the entities only commit what they are sent).
+ * `lifecycle`, the runner's own task lifecycle (else none: the entities only commit what they are sent); `echo: false`
+ * leaves Echo out (a cluster client, RUNNER_ROLES without entities, hosts no entity).
  */
-export const inProcessRunner = (url: string, pool: number, options: { readonly lifecycle?: boolean } = {}) =>
+export const inProcessRunner = (
+  url: string,
+  pool: number,
+  options: { readonly lifecycle?: boolean; readonly echo?: boolean } = {}
+) =>
   Effect.map(RunnerConfig, (c) => {
     const database = layerPostgres({ url: Redacted.make(url), maxConnections: pool, applicationName: "bench" })
     const runner = layerRunnerWith(
@@ -30,5 +35,6 @@ export const inProcessRunner = (url: string, pool: number, options: { readonly l
       options.lifecycle === true ? layerLifecycle : layerLifecycleDisabled,
       layerPropagationMemory
     )
-    return Layer.merge(runner, EchoLive.pipe(Layer.provide(runner))).pipe(Layer.provideMerge(layerStores(database)))
+    const served = options.echo === false ? runner : Layer.merge(runner, EchoLive.pipe(Layer.provide(runner)))
+    return served.pipe(Layer.provideMerge(layerStores(database)))
   })

@@ -6,6 +6,8 @@
  *   BENCH_TASKS (200)  concurrent tasks, one outstanding observation each
  *   BENCH_ROUNDS (3)   repetitions; medians are reported
  *   DATABASE_URL       admin URL; a fresh database is created and dropped
+ *   BENCH_PROCESSES    (1) 2: the entity path across processes instead, hosted by 1 then 2 runner processes and sent
+ *                      to by this one as a cluster client (bench/transitionsAcross.ts)
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
@@ -295,8 +297,14 @@ const program = Effect.gen(function*() {
   }).pipe(Effect.provide(stack))
 })
 
-program.pipe(
-  Effect.scoped,
-  Effect.provide(Layer.merge(Logger.minimumLogLevel(LogLevel.Warning), Logger.add(health.logger))),
-  NodeRuntime.runMain
-)
+// BENCH_PROCESSES=2: the entity path across processes (bench/transitionsAcross.ts) instead
+if (Number(process.env.BENCH_PROCESSES ?? 1) > 1) {
+  health.stop()
+  await import("./transitionsAcross.js")
+} else {
+  program.pipe(
+    Effect.scoped,
+    Effect.provide(Layer.merge(Logger.minimumLogLevel(LogLevel.Warning), Logger.add(health.logger))),
+    NodeRuntime.runMain
+  )
+}
