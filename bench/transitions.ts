@@ -10,7 +10,6 @@
  *                      to by this one as a cluster client (bench/transitionsAcross.ts)
  */
 import { NodeRuntime } from "@effect/platform-node"
-import { SqlClient } from "@effect/sql"
 import { Effect, Layer, Logger, LogLevel, Option, Redacted } from "effect"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import pg from "pg"
@@ -22,7 +21,8 @@ import { TaskStore } from "../src/persistence/TaskStore.js"
 import { layerStores } from "../src/runners/Runner.js"
 import type { AttemptId, TaskId } from "../src/schema/ids.js"
 import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
-import { admitTask, observation } from "../test/support/tasks.js"
+import { observation } from "../test/support/tasks.js"
+import { admitMany, inFlight } from "./benchTasks.js"
 import { Echo, inProcessRunner } from "./inProcessRunner.js"
 import { healthLine, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./support.js"
 
@@ -96,21 +96,6 @@ const inProcessHealth = (): RunnerHealth & { readonly logger: Logger.Logger<unkn
 const health = inProcessHealth()
 
 const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
-
-const admitMany = (n: number) => Effect.forEach(Array.from({ length: n }), () => admitTask(), { concurrency: 16 })
-
-/**
- * The tasks in flight as a submission leaves them (submitted, the provider's job known: the observations' job id),
- * their next poll an hour away: written before any message builds their entities, which read them as they start.
- */
-const inFlight = (tasks: ReadonlyArray<{ taskId: TaskId; attemptId: AttemptId }>) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.zipRight(
-      sql`UPDATE generation_tasks SET status = 'submitted' WHERE id IN ${sql.in(tasks.map((t) => t.taskId))}`,
-      sql`UPDATE task_attempts SET provider_task_id = 'job-' || id, submit_state = 'SUBMITTED',
-            next_poll_at = now() + interval '1 hour'
-          WHERE id IN ${sql.in(tasks.map((t) => t.attemptId))}`
-    )).pipe(Effect.orDie)
 
 /**
  * Every task walks its history, one outstanding request per task; returns transitions/s and latencies, and the p99 of
