@@ -29,6 +29,7 @@ import { Redis } from "ioredis"
 import { type ChildProcess, execFileSync } from "node:child_process"
 import pg from "pg"
 import { Producer, SimpleConsumer } from "rocketmq-client-nodejs"
+import { defaults as rocketMQ } from "../src/queue/RocketMQQueue.js"
 import {
   cpuSeconds,
   healthLine,
@@ -55,8 +56,8 @@ const tenant = crypto.randomUUID()
 const tasks = Array.from({ length: TASKS }, () => crypto.randomUUID())
 // the runner's defaults, which the ceiling copies
 const BATCH = Number(process.env.OUTBOX_BATCH_SIZE ?? 256)
-const SEND_CONCURRENCY = Number(process.env.ROCKETMQ_SEND_CONCURRENCY ?? 256)
-const RECEIVERS = Number(process.env.ROCKETMQ_RECEIVERS ?? 4)
+const SEND_CONCURRENCY = Number(process.env.ROCKETMQ_SEND_CONCURRENCY ?? rocketMQ.sendConcurrency)
+const RECEIVERS = Number(process.env.ROCKETMQ_RECEIVERS ?? rocketMQ.receivers)
 const ceilingTopic = `bench-ceiling-${suffix}`
 const ceilingGroup = `bench-ceiling-consumer-${suffix}`
 /** The start of a latency phase (the step from idle to its rate), reported apart from the rest of it. */

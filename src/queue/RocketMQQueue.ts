@@ -15,8 +15,11 @@ import {
 } from "./EventQueue.js"
 import { ackAll, makeAckBehind } from "./RocketMQAck.js"
 
-/** The defaults of the options below, which the settings (QueueSettings) take too: one place for each. */
-const defaults = {
+/**
+ * The defaults of the options below, which the settings (QueueSettings) take too, and bench:propagation's ceiling:
+ * one place for each.
+ */
+export const defaults = {
   receivers: 4,
   receiveBatch: 32,
   // a whole outbox batch's tasks (OUTBOX_BATCH_SIZE): at 64, a 256-row batch took four send round trips
