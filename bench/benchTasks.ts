@@ -2,7 +2,8 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { AttemptId, TaskId } from "../src/schema/ids.js"
-import { admitTask } from "../test/support/tasks.js"
+import type { NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
+import { admitTask, observation } from "../test/support/tasks.js"
 
 export type BenchTask = { readonly taskId: TaskId; readonly attemptId: AttemptId }
 
@@ -22,3 +23,41 @@ export const inFlight = (tasks: ReadonlyArray<BenchTask>) =>
             next_poll_at = now() + interval '1 hour'
           WHERE id IN ${sql.in(tasks.map((t) => t.attemptId))}`
     )).pipe(Effect.orDie)
+
+export type Step = { readonly status: NormalizedStatus; readonly progress: number | null }
+
+/** One task's provider history: queued, running 5..95 in steps of 5, succeeded: 21 committed transitions. */
+export const history: ReadonlyArray<Step> = [
+  { status: "queued", progress: null },
+  ...Array.from({ length: 19 }, (_, i) => ({ status: "running" as const, progress: (i + 1) * 5 })),
+  { status: "succeeded", progress: null }
+]
+
+/** Its "running" steps alone: a webhook's progress, changes that leave a task in flight polling (parked). */
+export const parkedWalk = history.slice(1, -1)
+
+/**
+ * The observations a provider reports along `walk` for each task (status, progress, sequence number), built a task at
+ * a time with a yield between: 4,200 Schema constructions in one go stall the loop for 1–3 s, which the lag figures
+ * would count against the entity. Built before timing starts: senders decode once at the edge.
+ */
+export const observationsOf = (tasks: ReadonlyArray<BenchTask>, walk: ReadonlyArray<Step>) =>
+  Effect.map(
+    Effect.forEach(tasks, (t) =>
+      Effect.zipLeft(
+        Effect.sync(() =>
+          [
+            t.taskId,
+            walk.map((step, i) =>
+              observation(t.attemptId, step.status, {
+                ...(step.progress === null ? {} : { progress: step.progress }),
+                seq: i + 1,
+                eventId: `${t.attemptId}-${i}`
+              })
+            )
+          ] as const
+        ),
+        Effect.yieldNow()
+      )),
+    (entries) => new Map<TaskId, ReadonlyArray<ProviderObservation>>(entries)
+  )

@@ -20,6 +20,9 @@ export const percentile = (xs: ReadonlyArray<number>, p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN
 }
 
+/** The median of the samples (the figure benches report of repeated rounds); NaN when there are none. */
+export const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
+
 /** A process's CPU time so far (user + system, seconds), from /proc. */
 export const cpuSeconds = (pid: number) => {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")

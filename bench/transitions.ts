@@ -20,11 +20,10 @@ import { layerPostgres } from "../src/persistence/Database.js"
 import { TaskStore } from "../src/persistence/TaskStore.js"
 import { layerStores } from "../src/runners/Runner.js"
 import type { AttemptId, TaskId } from "../src/schema/ids.js"
-import { type NormalizedStatus, ProviderObservation } from "../src/schema/observation.js"
-import { observation } from "../test/support/tasks.js"
-import { admitMany, inFlight } from "./benchTasks.js"
+import type { ProviderObservation } from "../src/schema/observation.js"
+import { admitMany, history, inFlight, observationsOf, parkedWalk } from "./benchTasks.js"
 import { Echo, inProcessRunner } from "./inProcessRunner.js"
-import { healthLine, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./support.js"
+import { healthLine, median, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -42,23 +41,8 @@ const ENTITY_ONLY = process.env.BENCH_ENTITY_ONLY === "1" || PARKED
 const POOL = Number(process.env.DB_POOL_SIZE ?? 20)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 
-/** One task's provider history: queued, running 5..95 in steps of 5, succeeded: 21 committed transitions. */
-const history: ReadonlyArray<{ status: NormalizedStatus; progress: number | null }> = [
-  { status: "queued", progress: null },
-  ...Array.from({ length: 19 }, (_, i) => ({ status: "running" as const, progress: (i + 1) * 5 })),
-  { status: "succeeded", progress: null }
-]
-
 /** What each task is sent: the history, or (BENCH_LIFECYCLE=parked) its "running" steps alone. */
-const walk = PARKED ? history.slice(1, -1) : history
-
-/** The observation a provider reports at `step` of the walk (status, progress, its sequence number). */
-const obs = (attemptId: AttemptId, step: number) =>
-  observation(attemptId, walk[step]!.status, {
-    ...(walk[step]!.progress === null ? {} : { progress: walk[step]!.progress! }),
-    seq: step + 1,
-    eventId: `${attemptId}-${step}`
-  })
+const walk = PARKED ? parkedWalk : history
 
 /** The cluster's own floor on this machine: the same message pattern to an entity whose handler does nothing. */
 const viaEcho = (t: { taskId: TaskId }, step: number) =>
@@ -94,8 +78,6 @@ const inProcessHealth = (): RunnerHealth & { readonly logger: Logger.Logger<unkn
   return health
 }
 const health = inProcessHealth()
-
-const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
 /**
  * Every task walks its history, one outstanding request per task; returns transitions/s and latencies, and the p99 of
@@ -198,15 +180,7 @@ const program = Effect.gen(function*() {
     for (let round = 1; round <= ROUNDS; round++) {
       const entityTasks = yield* admitMany(TASKS)
       if (PARKED) yield* inFlight(entityTasks)
-      // built a task at a time with a yield between (4,200 Schema constructions in one go stall the loop for 1–3 s
-      // on this machine, which the lag figures would count against the entity)
-      const observations = new Map(
-        yield* Effect.forEach(entityTasks, (t) =>
-          Effect.zipLeft(
-            Effect.sync(() => [t.taskId, walk.map((_, step) => obs(t.attemptId, step))] as const),
-            Effect.yieldNow()
-          ))
-      )
+      const observations = yield* observationsOf(entityTasks, walk)
       const a = yield* measure(entityTasks, viaEntity(observations))
       if (ENTITY_ONLY) {
         console.log(

@@ -17,12 +17,9 @@
 import { Effect, Exit, Logger, LogLevel } from "effect"
 import pg from "pg"
 import { TaskClient } from "../src/entities/TaskClient.js"
-import type { TaskId } from "../src/schema/ids.js"
-import type { ProviderObservation } from "../src/schema/observation.js"
-import { observation } from "../test/support/tasks.js"
-import { admitMany, type BenchTask, inFlight } from "./benchTasks.js"
+import { admitMany, type BenchTask, inFlight, observationsOf, parkedWalk } from "./benchTasks.js"
 import { inProcessRunner } from "./inProcessRunner.js"
-import { cpuSeconds, gauge, healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import { cpuSeconds, gauge, healthLine, median, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const PROCESSES = Number(process.env.BENCH_PROCESSES ?? 2)
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
@@ -31,10 +28,6 @@ const WARMUP = Number(process.env.BENCH_WARMUP ?? 1)
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const SHARDS = 300
 
-/** A webhook's "running" 5..95 in steps of 5: changes that leave a task polling (parked). */
-const steps = Array.from({ length: 19 }, (_, i) => (i + 1) * 5)
-const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
-
 /** Tasks admitted, then in flight with their next poll an hour away (their lifecycles park them). */
 const admitInFlight = (n: number) => Effect.tap(admitMany(n), inFlight)
 
@@ -42,16 +35,7 @@ const admitInFlight = (n: number) => Effect.tap(admitMany(n), inFlight)
 const measure = (tasks: ReadonlyArray<BenchTask>, runnerPids: ReadonlyArray<number>) =>
   Effect.gen(function*() {
     const client = yield* TaskClient
-    const observations = new Map<TaskId, ReadonlyArray<ProviderObservation>>()
-    for (const t of tasks) {
-      observations.set(
-        t.taskId,
-        steps.map((progress, i) =>
-          observation(t.attemptId, "running", { progress, seq: i + 1, eventId: `${t.attemptId}-${i}` })
-        )
-      )
-      yield* Effect.yieldNow()
-    }
+    const observations = yield* observationsOf(tasks, parkedWalk)
     const latencies: Array<number> = []
     const runnersBefore = runnerPids.map(cpuSeconds)
     const cpu = process.cpuUsage()
@@ -153,7 +137,7 @@ const program = Effect.gen(function*() {
       } ms, client ${median(rs.map((r) => r.clientCpuMs)).toFixed(3)} ms`
     }
     console.log(
-      `\n${TASKS} concurrent tasks x ${steps.length} observations sent by a cluster client, ${ROUNDS} rounds (medians)`
+      `\n${TASKS} concurrent tasks x ${parkedWalk.length} observations sent by a cluster client, ${ROUNDS} rounds (medians)`
     )
     console.log(line(1))
     console.log(line(PROCESSES))

@@ -21,7 +21,7 @@
 import { type ChildProcess, fork } from "node:child_process"
 import pg from "pg"
 import { bundle } from "../scripts/runBuilt.mjs"
-import { cpuSeconds, freePort, healthLine, percentile, startRunnerProcess, stopProcess } from "./support.js"
+import { cpuSeconds, freePort, healthLine, median, percentile, startRunnerProcess, stopProcess } from "./support.js"
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -53,8 +53,6 @@ const inboxBatches = async (port: number): Promise<Inserts> => {
 /** The ceiling's INSERTs so far, and the callbacks they carried (its GET /stats). */
 const ceilingBatches = async (port: number): Promise<Inserts> =>
   (await fetch(`http://127.0.0.1:${port}/stats`)).json() as Promise<Inserts>
-
-const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
 interface LoadResult {
   readonly statuses: Record<string, number>
