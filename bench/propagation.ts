@@ -12,8 +12,9 @@
  *   2. latency: 1,000 events/s, then 500 events/s, for BENCH_SECONDS each; prints commit (the INSERT's COMMIT
  *      returned here) → Redis delivery (this process's subscriber got it) p50/p99; before the 1,000 events/s phase,
  *      its ceiling: the RocketMQ client alone at 1,000 messages/s (20 ms ticks, as the commits come; groups side
- *      by side; the same receives), send called → message received p50/p99; after each phase, from the runner's
- *      queue_consume_lag_seconds (the relay's send → the dispatcher's receive), the share within 10/50/100/250 ms,
+ *      by side; the same receives), send called → message received p50/p99, and this process's CPU per message
+ *      (the client's own cost of a send and its receive, beside the runner's CPU per event); after each phase, from
+ *      the runner's queue_consume_lag_seconds (the relay's send → the dispatcher's receive), the share within 10/50/100/250 ms,
  *      which tells the relay's part of the tail (commit → send) from the broker's (send → receive); for the ceiling
  *      and each phase, the p50/p99 of what was sent (committed) in its first 5 s (the step from idle to its rate)
  *      and of the rest;
@@ -218,6 +219,8 @@ const ceilingLatency = async (rate: number, seconds: number) => {
   const loops = Array.from({ length: RECEIVERS }, receiveLoop)
   let s = 0
   const started = performance.now()
+  // this process's CPU while it sends and receives: the client's own cost per message, beside the runner's
+  const cpuBefore = process.cpuUsage()
   const pending: Array<Promise<unknown>> = []
   while (performance.now() - started < seconds * 1000) {
     const due = Math.floor(((performance.now() - started) / 1000) * rate) - s
@@ -244,6 +247,7 @@ const ceilingLatency = async (rate: number, seconds: number) => {
   await Promise.all(pending)
   const deadline = performance.now() + 30_000
   while (samples.length < s && performance.now() < deadline) await sleep(100)
+  const cpu = process.cpuUsage(cpuBefore)
   receiving = false
   await Promise.race([Promise.all(loops), sleep(6000)])
   await producer.shutdown().catch(() => undefined)
@@ -255,7 +259,9 @@ const ceilingLatency = async (rate: number, seconds: number) => {
       `send → receive p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${
         percentile(latencies, 99).toFixed(1)
       } ms, ` +
-      `max ${Math.max(...latencies).toFixed(0)} ms`
+      `max ${Math.max(...latencies).toFixed(0)} ms; client CPU ${
+        ((cpu.user + cpu.system) / 1000 / Math.max(1, latencies.length)).toFixed(2)
+      } ms per message (send and receive, in this process)`
   )
   console.log(stepLine("sent", samples))
 }
