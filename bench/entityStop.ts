@@ -17,7 +17,7 @@ import { TaskClient } from "../src/entities/TaskClient.js"
 import type { TaskId } from "../src/schema/ids.js"
 import { admitTask } from "../test/support/tasks.js"
 import { Echo, inProcessRunner } from "./inProcessRunner.js"
-import { percentile } from "./support.js"
+import { ownCpuMsSince, percentile } from "./support.js"
 
 const ENTITIES = Number(process.env.BENCH_ENTITIES ?? 1000)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -29,10 +29,7 @@ type Kind = "task" | "no-op" | "none"
 const cpuMsOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.suspend(() => {
     const cpu = process.cpuUsage()
-    return Effect.map(effect, () => {
-      const used = process.cpuUsage(cpu)
-      return (used.user + used.system) / 1000
-    })
+    return Effect.map(effect, () => ownCpuMsSince(cpu))
   })
 
 /**

@@ -23,6 +23,12 @@ export const percentile = (xs: ReadonlyArray<number>, p: number) => {
 /** The median of the samples (the figure benches report of repeated rounds); NaN when there are none. */
 export const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 
+/** This process's CPU (user + system, all threads, ms) since `before` (a `process.cpuUsage()`). */
+export const ownCpuMsSince = (before: NodeJS.CpuUsage) => {
+  const used = process.cpuUsage(before)
+  return (used.user + used.system) / 1000
+}
+
 /** A process's CPU time so far (user + system, seconds), from /proc. */
 export const cpuSeconds = (pid: number) => {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")

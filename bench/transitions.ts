@@ -23,7 +23,7 @@ import type { AttemptId, TaskId } from "../src/schema/ids.js"
 import type { ProviderObservation } from "../src/schema/observation.js"
 import { admitMany, history, inFlight, observationsOf, parkedWalk } from "./benchTasks.js"
 import { Echo, inProcessRunner } from "./inProcessRunner.js"
-import { healthLine, median, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./support.js"
+import { healthLine, median, ownCpuMsSince, percentile, type RunnerHealth, SHARD_LOCK_LOSS } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -103,14 +103,14 @@ const measure = <R>(
         }
       }), { concurrency: "unbounded", discard: true })
     const seconds = (performance.now() - started) / 1000
-    const used = process.cpuUsage(cpu)
+    const cpuMs = ownCpuMsSince(cpu)
     return {
       perSecond: latencies.length / seconds,
       p50: percentile(latencies, 50),
       p99: percentile(latencies, 99),
       p99Later: percentile(later, 99),
       // this process's CPU per transition: what the machine's load (other programs) changes least
-      cpuMs: (used.user + used.system) / 1000 / latencies.length
+      cpuMs: cpuMs / latencies.length
     }
   })
 

@@ -19,7 +19,17 @@ import pg from "pg"
 import { TaskClient } from "../src/entities/TaskClient.js"
 import { admitMany, type BenchTask, inFlight, observationsOf, parkedWalk } from "./benchTasks.js"
 import { inProcessRunner } from "./inProcessRunner.js"
-import { cpuSeconds, gauge, healthLine, median, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import {
+  cpuSeconds,
+  gauge,
+  healthLine,
+  median,
+  ownCpuMsSince,
+  percentile,
+  sleep,
+  startRunnerProcess,
+  stopProcess
+} from "./support.js"
 
 const PROCESSES = Number(process.env.BENCH_PROCESSES ?? 2)
 const TASKS = Number(process.env.BENCH_TASKS ?? 200)
@@ -50,14 +60,14 @@ const measure = (tasks: ReadonlyArray<BenchTask>, runnerPids: ReadonlyArray<numb
         }
       }), { concurrency: "unbounded", discard: true })
     const seconds = (performance.now() - started) / 1000
-    const used = process.cpuUsage(cpu)
+    const clientCpuMs = ownCpuMsSince(cpu)
     const runnersCpu = runnerPids.reduce((sum, pid, i) => sum + cpuSeconds(pid) - runnersBefore[i]!, 0)
     return {
       perSecond: latencies.length / seconds,
       p50: percentile(latencies, 50),
       p99: percentile(latencies, 99),
       runnersCpuMs: (runnersCpu * 1000) / latencies.length,
-      clientCpuMs: (used.user + used.system) / 1000 / latencies.length
+      clientCpuMs: clientCpuMs / latencies.length
     }
   })
 
