@@ -82,34 +82,63 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
         const { last_seq: seq, stream_epoch: epoch } = stream[0]!
         const taskId = crypto.randomUUID() as TaskId
         const attemptId = crypto.randomUUID()
-        const inserted = yield* sql<Record<string, any>>`
-          INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
-            status, stage, progress, version, last_seq, current_attempt_id, home_region, write_epoch)
-          VALUES (${taskId}, ${a.tenantId}, ${a.projectId}, ${a.userId}, ${a.idempotencyKey}, ${a.requestHash},
-            ${JSON.stringify(a.request)}::jsonb, 'queued', 'queued', NULL, 1, ${seq}, ${attemptId},
-            ${token.region}, ${token.epoch})
-          ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-          RETURNING *`
-        if (inserted.length === 0) return yield* new LostKeyRace()
-        yield* sql`
-          INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, submit_state)
-          VALUES (${attemptId}, ${taskId}, 1, ${a.provider}, ${a.model}, ${crypto.randomUUID()}, 'PREPARED')`
-        yield* sql`
-          INSERT INTO credit_ledger (tenant_id, task_id, attempt_id, ledger_type, amount)
-          VALUES (${a.tenantId}, ${taskId}, NULL, 'reserve', ${a.reserveAmount})`
-        const task = taskFromRow({ ...inserted[0]!, stream_epoch: epoch })
         const eventId = crypto.randomUUID()
-        yield* sql`
-          INSERT INTO task_events (event_id, tenant_id, project_id, task_id, attempt_id, task_version, stream_epoch,
-            cursor_seq, event_type, public_payload, source, trace_id)
-          VALUES (${eventId}, ${a.tenantId}, ${a.projectId}, ${taskId}, ${attemptId}, 1, ${epoch}, ${seq},
-            'task.created', ${JSON.stringify(publicPayloadOf(task))}::jsonb, 'api', ${a.traceId})`
-        yield* sql`
-          INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, aggregate_version, event_type, payload,
-            home_region, write_epoch)
-          VALUES (${eventId}, 'generation_task', ${taskId}, 1, 'task.created', ${
+        // the task as its row will read (its times this runner's clock, as every later commit's updated_at): its
+        // event and outbox message are built from it before the one statement that writes all five rows
+        const now = new Date()
+        const task = taskFromRow({
+          id: taskId,
+          tenant_id: a.tenantId,
+          project_id: a.projectId,
+          user_id: a.userId,
+          status: "queued",
+          stage: "queued",
+          progress: null,
+          version: 1,
+          current_attempt_id: attemptId,
+          home_region: token.region,
+          write_epoch: token.epoch,
+          asset_id: null,
+          error_code: null,
+          last_seq: seq,
+          stream_epoch: epoch,
+          created_at: now,
+          updated_at: now,
+          terminal_at: null
+        })
+        // one round trip: the attempt, the credit reserve, the event and the outbox row are written only with the
+        // task (FROM task: nothing when its idempotency key was taken meanwhile); the references are checked at the
+        // statement's end, when the task row is there
+        const written = yield* sql<{ inserted: number }>`
+          WITH task AS (
+            INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
+              status, stage, progress, version, last_seq, current_attempt_id, home_region, write_epoch, created_at,
+              updated_at)
+            VALUES (${taskId}, ${a.tenantId}, ${a.projectId}, ${a.userId}, ${a.idempotencyKey}, ${a.requestHash},
+              ${JSON.stringify(a.request)}::jsonb, 'queued', 'queued', NULL, 1, ${seq}, ${attemptId},
+              ${token.region}, ${token.epoch}, ${now}, ${now})
+            ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+            RETURNING id
+          ), attempt AS (
+            INSERT INTO task_attempts (id, task_id, attempt_no, provider, model, client_request_id, submit_state)
+            SELECT ${attemptId}, id, 1, ${a.provider}, ${a.model}, ${crypto.randomUUID()}, 'PREPARED' FROM task
+          ), credit AS (
+            INSERT INTO credit_ledger (tenant_id, task_id, attempt_id, ledger_type, amount)
+            SELECT ${a.tenantId}, id, NULL, 'reserve', ${a.reserveAmount} FROM task
+          ), event AS (
+            INSERT INTO task_events (event_id, tenant_id, project_id, task_id, attempt_id, task_version,
+              stream_epoch, cursor_seq, event_type, public_payload, source, trace_id)
+            SELECT ${eventId}, ${a.tenantId}, ${a.projectId}, id, ${attemptId}, 1, ${epoch}, ${seq}, 'task.created',
+              ${JSON.stringify(publicPayloadOf(task))}::jsonb, 'api', ${a.traceId} FROM task
+          ), outbox AS (
+            INSERT INTO outbox_events (event_id, aggregate_type, aggregate_id, aggregate_version, event_type,
+              payload, home_region, write_epoch)
+            SELECT ${eventId}, 'generation_task', id, 1, 'task.created', ${
           JSON.stringify(createdEvent(task, eventId, a.traceId))
-        }::jsonb, ${token.region}, ${token.epoch})`
+        }::jsonb, ${token.region}, ${token.epoch} FROM task
+          )
+          SELECT count(*)::int AS inserted FROM task`
+        if (written[0]?.inserted !== 1) return yield* new LostKeyRace()
         return { task, created: true }
       }).pipe(sql.withTransaction)
 
