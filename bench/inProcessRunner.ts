@@ -21,19 +21,20 @@ const EchoLive = Echo.toLayer(Effect.succeed({ Ping: ({ payload }) => Effect.suc
 /**
  * The runner's layers (task entities and Echo) on the database at `url`, its pool of `pool` connections; with
  * `lifecycle`, the runner's own task lifecycle (else none: the entities only commit what they are sent); `echo: false`
- * leaves Echo out (a cluster client, RUNNER_ROLES without entities, hosts no entity).
+ * leaves Echo out (a cluster client, RUNNER_ROLES without entities, hosts no entity); `propagation: false` leaves the
+ * outbox relay and the dispatcher out (the outbox only grows: what a write costs without its propagation).
  */
 export const inProcessRunner = (
   url: string,
   pool: number,
-  options: { readonly lifecycle?: boolean; readonly echo?: boolean } = {}
+  options: { readonly lifecycle?: boolean; readonly echo?: boolean; readonly propagation?: boolean } = {}
 ) =>
   Effect.map(RunnerConfig, (c) => {
     const database = layerPostgres({ url: Redacted.make(url), maxConnections: pool, applicationName: "bench" })
     const runner = layerRunnerWith(
       c,
       options.lifecycle === true ? layerLifecycle : layerLifecycleDisabled,
-      layerPropagationMemory
+      options.propagation === false ? Layer.empty : layerPropagationMemory
     )
     const served = options.echo === false ? runner : Layer.merge(runner, EchoLive.pipe(Layer.provide(runner)))
     return served.pipe(Layer.provideMerge(layerStores(database)))
