@@ -83,8 +83,9 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
         const taskId = crypto.randomUUID() as TaskId
         const attemptId = crypto.randomUUID()
         const eventId = crypto.randomUUID()
-        // the task as its row will read (its times this runner's clock, as every later commit's updated_at): its
-        // event and outbox message are built from it before the one statement that writes all five rows
+        // the task as its row will read, and what its row is written from (its times this runner's clock, as every
+        // later commit's updated_at): its event and outbox message are built from it before the one statement that
+        // writes all five rows
         const now = new Date()
         const task = taskFromRow({
           id: taskId,
@@ -114,9 +115,10 @@ export class TaskAdmission extends Effect.Service<TaskAdmission>()("TaskAdmissio
             INSERT INTO generation_tasks (id, tenant_id, project_id, user_id, idempotency_key, request_hash, request,
               status, stage, progress, version, last_seq, current_attempt_id, home_region, write_epoch, created_at,
               updated_at)
-            VALUES (${taskId}, ${a.tenantId}, ${a.projectId}, ${a.userId}, ${a.idempotencyKey}, ${a.requestHash},
-              ${JSON.stringify(a.request)}::jsonb, 'queued', 'queued', NULL, 1, ${seq}, ${attemptId},
-              ${token.region}, ${token.epoch}, ${now}, ${now})
+            VALUES (${task.id}, ${task.tenantId}, ${task.projectId}, ${task.userId}, ${a.idempotencyKey},
+              ${a.requestHash}, ${JSON.stringify(a.request)}::jsonb, ${task.status}, ${task.stage}, ${task.progress},
+              ${task.version}, ${seq}, ${task.currentAttemptId}, ${task.homeRegion}, ${task.writeEpoch},
+              ${task.createdAt}, ${task.updatedAt})
             ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
             RETURNING id
           ), attempt AS (
