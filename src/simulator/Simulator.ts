@@ -188,7 +188,7 @@ export const makeSimulator = (options: SimulatorOptions) =>
     /** Faults of one route only (`faultRoutes`): applied by the handler once it knows the request's model. */
     const routeFault = (route: string, kind: "submit" | "query") =>
       Effect.flatMap(Ref.get(faults), (f) =>
-        f.faultRoutes.includes(route)
+        f.faultRoutes.includes(route) && f.faultKinds.includes(kind)
           ? Effect.tap(faultOf(f), (fault) =>
             Effect.sync(() => {
               const key = `${route} ${kind}`

@@ -25,9 +25,11 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
   rateMalformed: Schema.Number.pipe(Schema.between(0, 1)),
   /**
    * The routes (`provider/model`, e.g. `runway/gen4.5`) the API faults above (429, 5xx, slow, 401, malformed) hit, on
-   * submits and on queries of their jobs; empty: every request.
+   * the kinds of request `faultKinds` names; empty: every request.
    */
   faultRoutes: Schema.Array(Schema.String),
+  /** Which of a `faultRoutes` route's requests the faults hit: its submits, the queries of its jobs, or both. */
+  faultKinds: Schema.Array(Schema.Literal("submit", "query")),
   /** The job is created, but the submit response never arrives (the client times out). */
   submitAcceptThenTimeout: Schema.Number.pipe(Schema.between(0, 1)),
   /** Output downloads answered 503 (the provider's storage is failing). */
@@ -51,6 +53,7 @@ export class FaultConfig extends Schema.Class<FaultConfig>("FaultConfig")({
     rate401: 0,
     rateMalformed: 0,
     faultRoutes: [],
+    faultKinds: ["submit", "query"],
     submitAcceptThenTimeout: 0,
     rateOutput5xx: 0,
     progressEveryMs: 0

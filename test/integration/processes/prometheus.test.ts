@@ -316,6 +316,20 @@ describe.skipIf(skip)("Prometheus scrapes two runners", () => {
           Duration.seconds(30)
         )
 
+        // one change certainly made by a callback: polls beat callbacks to every change above when the machine is
+        // loaded (CI once saw no webhook transition and a poll-fallback ratio of 1). A task whose status queries are
+        // all answered 429 moves only by OpenAI's callback
+        const openaiRoute = `openai/${definitionOf("openai")!.exampleModel}`
+        yield* simulator.setFaults({ faultRoutes: [openaiRoute], faultKinds: ["query"], rate429: 1 })
+        const byCallback = yield* create(httpA, "openai")
+        yield* sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM task_events WHERE task_id = ${byCallback} AND source = 'webhook'`.pipe(
+          Effect.filterOrFail((rows) => rows[0]!.n > 0, () => new Error("no change made by a callback")),
+          Effect.retry(Schedule.spaced(Duration.millis(250)).pipe(Schedule.upTo(scaledDuration(Duration.seconds(60))))),
+          Effect.orDie
+        )
+        yield* simulator.setFaults({ faultRoutes: [], faultKinds: ["submit", "query"], rate429: 0.2 })
+
         // a forged callback, and a genuine one about a job no attempt knows (an orphan, flagged at once)
         const signed = openAISigner(devSecret("openai"))
         const orphan = openaiEvent(`video_${uuid()}`)
