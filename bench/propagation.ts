@@ -29,13 +29,12 @@
 import { Redis } from "ioredis"
 import { type ChildProcess, execFileSync } from "node:child_process"
 import pg from "pg"
-import { Producer, SimpleConsumer } from "rocketmq-client-nodejs"
 import { defaults as rocketMQ } from "../src/queue/RocketMQQueue.js"
+import { ceilingClients, clientAtRate } from "./rocketmqCeiling.js"
 import {
   cpuSeconds,
   healthLine,
   metricIn,
-  ownCpuMsSince,
   percentile,
   type RunnerHealth,
   sleep,
@@ -114,30 +113,12 @@ const stepLine = (what: string, samples: ReadonlyArray<readonly [number, number]
   return `  ${what} in the first ${STEP_MS / 1000} s: ${part(true)}; after them: ${part(false)}`
 }
 
-const quiet = { info: () => {}, warn: () => {}, error: () => {} }
-
-/** A started producer on `topic` and a started SimpleConsumer of it in `group`: no code of ours. */
-const ceilingClients = async (topic: string, group: string) => {
-  const producer = new Producer({ endpoints, namespace: "", topics: [topic], logger: quiet })
-  const consumer = new SimpleConsumer({
-    endpoints,
-    namespace: "",
-    consumerGroup: group,
-    awaitDuration: 5000,
-    subscriptions: new Map([[topic, "*"]]),
-    logger: quiet
-  })
-  await producer.startup()
-  await consumer.startup()
-  return { producer, consumer }
-}
-
 /**
  * The RocketMQ client's own send → receive rate for `seconds`: batches of BATCH messages over the 1,000 groups, each
  * batch sent with SEND_CONCURRENCY groups side by side, while RECEIVERS receive loops take and ack them.
  */
 const ceiling = async (seconds: number) => {
-  const { producer, consumer } = await ceilingClients(ceilingTopic, ceilingGroup)
+  const { producer, consumer } = await ceilingClients(endpoints, ceilingTopic, ceilingGroup)
   let received = 0
   let lastReceivedAt = 0
   let receiving = true
@@ -191,72 +172,27 @@ const ceiling = async (seconds: number) => {
 }
 
 /**
- * The RocketMQ client's own send → receive latency at `rate` messages/s for `seconds`, on a topic and group of its
- * own (a new group on the rate ceiling's topic first took that topic's whole backlog: after the sustained phase its
- * p50 was 11–14 s, the time to work off some 100,000 old messages, not a latency): every 20 ms the messages due, over the 1,000 groups side by side, as the relay sends a commit's rows; the
- * consumer receives as the dispatcher does (RECEIVERS receives of 32 in flight, each message acked). Returns the
- * p50/p99 of send called → received, the floor under the pipeline's commit → Redis delivery.
+ * The RocketMQ client's own send → receive latency at `rate` messages/s for `seconds` (bench/rocketmqCeiling.ts), on a
+ * topic and group of its own (a new group on the rate ceiling's topic first took that topic's whole backlog: after
+ * the sustained phase its p50 was 11–14 s, the time to work off some 100,000 old messages, not a latency), over the
+ * 1,000 groups; the p50/p99 of send called → received, the floor under the pipeline's commit → Redis delivery.
  */
 const ceilingLatency = async (rate: number, seconds: number) => {
-  const latencyTopic = `${ceilingTopic}-latency`
-  const latencyGroup = `${ceilingGroup}-latency`
-  execFileSync("scripts/rocketmq.sh", ["topic", latencyTopic, latencyGroup], { stdio: "inherit" })
-  const { producer, consumer } = await ceilingClients(latencyTopic, latencyGroup)
-  const sentAt = new Map<string, number>()
-  const samples: Array<readonly [number, number]> = []
-  let receiving = true
-  const receiveLoop = async () => {
-    while (receiving) {
-      const messages = await consumer.receive(32, 30_000).catch(() => [])
-      const at = performance.now()
-      for (const m of messages) {
-        const id = m.properties.get("n")
-        const t = id === undefined ? undefined : sentAt.get(id)
-        if (t !== undefined) samples.push([t, at - t])
-      }
-      await Promise.all(messages.map((m) => consumer.ack(m).catch(() => undefined)))
-    }
-  }
-  const loops = Array.from({ length: RECEIVERS }, receiveLoop)
-  let s = 0
-  const started = performance.now()
-  // this process's CPU while it sends and receives: the client's own cost per message, beside the runner's
-  const cpuBefore = process.cpuUsage()
-  const pending: Array<Promise<unknown>> = []
-  while (performance.now() - started < seconds * 1000) {
-    const due = Math.floor(((performance.now() - started) / 1000) * rate) - s
-    if (due <= 0) {
-      await sleep(20)
-      continue
-    }
-    for (let i = 0; i < due; i++) {
-      s++
+  const { cpuMs, samples, sent } = await clientAtRate({
+    endpoints,
+    topic: `${ceilingTopic}-latency`,
+    group: `${ceilingGroup}-latency`,
+    rate,
+    seconds,
+    receivers: RECEIVERS,
+    message: (s) => {
       const task = tasks[s % TASKS]!
-      const n = String(s)
-      sentAt.set(n, performance.now())
-      pending.push(
-        producer.send({
-          topic: latencyTopic,
-          body: Buffer.from(sampleBody(task, s)),
-          keys: [task],
-          messageGroup: task,
-          properties: new Map([["n", n]])
-        }).catch(() => undefined)
-      )
+      return { body: sampleBody(task, s), group: task }
     }
-  }
-  await Promise.all(pending)
-  const deadline = performance.now() + 30_000
-  while (samples.length < s && performance.now() < deadline) await sleep(100)
-  const cpuMs = ownCpuMsSince(cpuBefore)
-  receiving = false
-  await Promise.race([Promise.all(loops), sleep(6000)])
-  await producer.shutdown().catch(() => undefined)
-  await consumer.shutdown().catch(() => undefined)
-  execFileSync("scripts/rocketmq.sh", ["drop", latencyTopic, latencyGroup], { stdio: "inherit" })
+  })
   const latencies = samples.map(([, latency]) => latency)
   console.log(
-    `ceiling at ${rate} messages/s for ${seconds} s (RocketMQ client alone): ${latencies.length}/${s} received; ` +
+    `ceiling at ${rate} messages/s for ${seconds} s (RocketMQ client alone): ${latencies.length}/${sent} received; ` +
       `send → receive p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${
         percentile(latencies, 99).toFixed(1)
       } ms, ` +
