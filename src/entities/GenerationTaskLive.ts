@@ -180,6 +180,7 @@ export const GenerationTaskLive = Layer.unwrapScoped(Effect.map(
           apply,
           observe: observeWith(applyOwn),
           waitForChange: changed.wait,
+          wake: changed.notify,
           // the schedule read with the task: a build for a poll (a parked task's wake) claims its lease at once
           scheduleMemo: Option.isSome(loaded) && loaded.value.attempt !== null && loaded.value.schedule !== null
             ? scheduleMemoOf(loaded.value.attempt.id, loaded.value.schedule, yield* Clock.currentTimeMillis)

@@ -18,6 +18,7 @@ import { retryAfterFailure } from "../runtime/retry.js"
 import type { AttemptId } from "../schema/ids.js"
 import { isTerminal } from "../schema/task.js"
 import { traced } from "../tracing/TraceId.js"
+import { makeBreakerWaits } from "./breakerWaits.js"
 import { makeOutputSteps } from "./outputSteps.js"
 import { makeParkedTasks, type Wake } from "./ParkedTasks.js"
 import { keepsPolling, makePoller, QUOTA_DEFERRED } from "./poller.js"
@@ -121,7 +122,7 @@ export const parksAfterStep = (step: {
  * resumes where the last one stopped.
  */
 export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycle", {
-  effect: Effect.gen(function*() {
+  scoped: Effect.gen(function*() {
     const config = yield* LifecycleSettings.config
     const clients = yield* ProviderClients
     const schedule = yield* AttemptSchedule
@@ -151,11 +152,16 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
       retryDelay
     })
 
+    const waits = yield* makeBreakerWaits({
+      look: (route) => Effect.map(breaker.admit(route, "submit", false), (a) => a._tag === "Admitted"),
+      intervalMs: () => scaled(5)
+    })
     const { resolveUnknown, submit } = makeSubmitter({
       clients,
       schedule,
       quota,
       breaker,
+      waits,
       fence,
       poller,
       config,

@@ -8,6 +8,7 @@ import { isProviderFault } from "../providers/errors.js"
 import type { ProviderClients } from "../providers/ProviderClients.js"
 import type { ProviderBreaker } from "../quota/ProviderBreaker.js"
 import type { ProviderQuota } from "../quota/ProviderQuota.js"
+import type { makeBreakerWaits } from "./breakerWaits.js"
 import type { makePoller } from "./poller.js"
 import { commitStep as commit, lifecycleMeta as meta, type TaskHandle } from "./taskHandle.js"
 
@@ -16,6 +17,8 @@ export interface SubmitterDeps {
   readonly schedule: AttemptSchedule
   readonly quota: ProviderQuota
   readonly breaker: ProviderBreaker
+  /** where a task the breaker refused waits: one look per route on this runner instead of one per task */
+  readonly waits: Effect.Effect.Success<ReturnType<typeof makeBreakerWaits>>
   readonly fence: WriteFence
   readonly poller: ReturnType<typeof makePoller>
   readonly config: {
@@ -42,7 +45,7 @@ export const submissionsHeld = Metric.counter("submissions_held_by_mode_total", 
  * open (src/quota/ProviderBreaker.ts) nothing is sent: the task stays queued, looked at again when it may half-open.
  */
 export const makeSubmitter = (
-  { breaker, clients, config, fence, poller, quota, retryDelay, schedule, scaled }: SubmitterDeps
+  { breaker, clients, config, fence, poller, quota, retryDelay, schedule, scaled, waits }: SubmitterDeps
 ) => {
   const submit = (h: TaskHandle, s: TaskState) =>
     Effect.gen(function*() {
@@ -59,10 +62,14 @@ export const makeSubmitter = (
         return Math.min(scaled(5), 1000)
       }
       const route = { provider: attempt.provider, model: attempt.model }
-      // looked at again every few seconds at most, so that an operator's reset lets queued tasks go soon (a look is
-      // one Redis step, no database work)
+      // refused: the task waits for the runner's one look per route (breakerWaits.ts), which wakes it once the breaker
+      // admits again (an operator's reset included). Its own timer is only a safety net: at the breaker's wait, every
+      // task refused meanwhile would wake at once when it half-opens
       const looked = yield* breaker.admit(route, "submit", false)
-      if (looked._tag === "Refused") return Math.min(looked.waitMs, scaled(5))
+      if (looked._tag === "Refused") {
+        yield* waits.wait(route, h.taskId, h.wake)
+        return scaled(60)
+      }
       const scope = `${attempt.provider}/${attempt.model}/${s.task.tenantId}`
       if (!(yield* schedule.acquireSlot(scope, attempt.id, config.submitConcurrency))) {
         return scaled(3)

@@ -21,6 +21,8 @@ export interface TaskHandle {
   readonly observe: (o: ProviderObservation) => Effect.Effect<CommandResult, WriteError>
   /** Sleeps up to `ms`, or less when another path (a webhook, a cancel) changed the task's step (applyWaking). */
   readonly waitForChange: (ms: number) => Effect.Effect<void>
+  /** Ends the wait under way (or the next one) as a change would: another part of the runner wants a step now. */
+  readonly wake: () => void
   /**
    * The attempt's poll schedule as this entity last wrote it (null: read it from PostgreSQL), so a poll costs
    * no extra read; dropped whenever PostgreSQL may know better (a lost lease claim, a new attempt).
