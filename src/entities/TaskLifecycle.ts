@@ -258,6 +258,7 @@ export class TaskLifecycle extends Effect.Service<TaskLifecycle>()("TaskLifecycl
         }
       }).pipe(
         Effect.catchAllCause((cause) => Effect.logError("task lifecycle stopped", cause)),
+        Effect.ensuring(waits.leave(h.taskId)),
         Effect.annotateLogs({ task_id: h.taskId })
       )
 

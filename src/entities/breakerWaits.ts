@@ -16,7 +16,8 @@ const WAKE_SLICES = 16
  * the queue). Now each route has one look per interval on this runner (`look`, every `intervalMs()`), and its waiting
  * tasks are woken (`wake`, their lifecycle's change signal) once a look is admitted, spread over one interval as their
  * own jittered looks were, so that an operator's reset still lets them go within seconds. A task waits on its own timer
- * too (the caller's delay), so a wake that never comes (a lost look loop) only delays it.
+ * too (the caller's delay), so a wake that never comes (a lost look loop) only delays it. A task whose lifecycle ends
+ * (its entity stopped, say, with a shard move) leaves.
  */
 export const makeBreakerWaits = (options: {
   readonly look: (route: Route) => Effect.Effect<boolean>
@@ -74,5 +75,13 @@ export const makeBreakerWaits = (options: {
         yield* Metric.set(tasksWaitingForBreaker, count())
       })
 
-    return { wait, waiting: count } as const
+    /** `taskId` no longer waits here (its lifecycle ended: terminal, idle, or its entity stopped with a shard move). */
+    const leave = (taskId: string) =>
+      Effect.suspend(() => {
+        let left = false
+        for (const entry of waiting.values()) left = entry.wakes.delete(taskId) || left
+        return left ? Metric.set(tasksWaitingForBreaker, count()) : Effect.void
+      })
+
+    return { wait, leave, waiting: count } as const
   })

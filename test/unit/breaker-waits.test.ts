@@ -27,6 +27,10 @@ describe("tasks waiting for a provider breaker (src/entities/breakerWaits.ts), o
       yield* waits.wait(runway, "r0", wake("r0"))
       for (let i = 0; i < 10; i++) yield* waits.wait(luma, `l${i}`, wake(`l${i}`))
       expect(waits.waiting()).toBe(110)
+      // a task whose lifecycle ended (its entity stopped) leaves: never woken
+      yield* waits.wait(runway, "gone", wake("gone"))
+      yield* waits.leave("gone")
+      expect(waits.waiting()).toBe(110)
 
       // the breakers stay open for three intervals: three looks per route, nobody woken
       yield* TestClock.adjust(Duration.millis(3 * INTERVAL))
@@ -41,6 +45,7 @@ describe("tasks waiting for a provider breaker (src/entities/breakerWaits.ts), o
       expect(woken.size).toBeLessThan(100)
       yield* TestClock.adjust(Duration.millis(INTERVAL))
       expect([...woken.keys()].filter((id) => id.startsWith("r"))).toHaveLength(100)
+      expect(woken.has("gone")).toBe(false)
       expect([...woken.values()].every((n) => n === 1)).toBe(true)
       expect(waits.waiting()).toBe(10)
 
