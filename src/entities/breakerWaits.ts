@@ -1,5 +1,6 @@
 import { Effect, FiberSet, Metric } from "effect"
 import type { Route } from "../quota/ProviderBreaker.js"
+import { traced } from "../tracing/TraceId.js"
 
 export const tasksWaitingForBreaker = Metric.gauge("tasks_waiting_for_breaker", {
   description: "queued tasks on this runner whose submission an open provider breaker refused, waiting for one look " +
@@ -55,10 +56,11 @@ export const makeBreakerWaits = (options: {
           if (!(yield* options.look(entry.route))) continue
           waiting.delete(key)
           yield* Metric.set(tasksWaitingForBreaker, count())
-          yield* Effect.logInfo(`provider breaker admits again: waking ${entry.wakes.size} queued tasks`).pipe(
-            Effect.annotateLogs({ provider: entry.route.provider, model: entry.route.model })
-          )
-          return yield* wakeSpread([...entry.wakes.values()])
+          return yield* traced("BreakerWaits.wake", undefined, () =>
+            Effect.logInfo(`provider breaker admits again: waking ${entry.wakes.size} queued tasks`).pipe(
+              Effect.annotateLogs({ provider: entry.route.provider, model: entry.route.model }),
+              Effect.zipRight(wakeSpread([...entry.wakes.values()]))
+            ))
         }
       })
 
