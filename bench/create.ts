@@ -15,12 +15,9 @@
  *   BENCH_CREATES (300 per round)  BENCH_ROUNDS (3; medians printed)  BENCH_LAYOUTS  DATABASE_URL (admin URL)
  *   ROCKETMQ_ENDPOINTS  REDIS_URL  BENCH_NODE_ARGS (node flags for the runners)
  */
-import { Effect } from "effect"
 import pg from "pg"
-import { TokenSigner } from "../src/http/Auth.js"
-import type { TenantId, UserId } from "../src/schema/ids.js"
 import { clientAtRate } from "./rocketmqCeiling.js"
-import { cpuSeconds, healthLine, median, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import { bearerHeaders, cpuSeconds, healthLine, median, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const CREATES = Number(process.env.BENCH_CREATES ?? 300)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -36,15 +33,7 @@ const PROCESSES: Record<string, ReadonlyArray<string | undefined>> = {
 
 const main = async () => {
   if (endpoints === undefined) throw new Error("ROCKETMQ_ENDPOINTS: required (the create's event crosses RocketMQ)")
-  process.env.AUTH_SECRET = SECRET
-  const token = await Effect.runPromise(
-    Effect.flatMap(
-      TokenSigner,
-      (s) => s.sign({ tenant_id: crypto.randomUUID() as TenantId, sub: crypto.randomUUID() as UserId, projects: "*" })
-    )
-      .pipe(Effect.provide(TokenSigner.Default))
-  )
-  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
+  const headers = await bearerHeaders(SECRET)
   const body = JSON.stringify({ provider: "runway", model: "gen4.5", prompt: "p", duration_seconds: 5 })
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()

@@ -18,12 +18,9 @@
  *   BENCH_RUNNER_OUTPUT=inherit  the runners' output (LOG_LEVEL=ERROR unless BENCH_RUNNER_ENV says otherwise) shown
  *   BENCH_RUNNER_ENV  extra settings for both runners, `NAME=value,NAME=value` (e.g. SHARD_LOCK_EXPIRATION=3 seconds)
  */
-import { Effect } from "effect"
 import type { ChildProcess } from "node:child_process"
 import pg from "pg"
-import { TokenSigner } from "../src/http/Auth.js"
-import type { TenantId, UserId } from "../src/schema/ids.js"
-import { gauge, healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import { bearerHeaders, gauge, healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 60)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1)
@@ -39,7 +36,6 @@ const runnerEnv: Record<string, string> = Object.fromEntries(
 )
 const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres"
 const SECRET = "handoff-bench-secret-0123456789abcdef"
-const tenant = crypto.randomUUID() as TenantId
 
 const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter((a) => a !== "")
 
@@ -97,12 +93,7 @@ const createTasks = async (port: number, project: string, n: number, headers: Re
 }
 
 const main = async () => {
-  process.env.AUTH_SECRET = SECRET
-  const token = await Effect.runPromise(
-    Effect.flatMap(TokenSigner, (s) => s.sign({ tenant_id: tenant, sub: crypto.randomUUID() as UserId, projects: "*" }))
-      .pipe(Effect.provide(TokenSigner.Default))
-  )
-  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" }
+  const headers = await bearerHeaders(SECRET)
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
   const name = `bench_handoff_${Date.now().toString(36)}`

@@ -1,6 +1,9 @@
+import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import { buildDist, RUNNER_PROGRAM } from "../scripts/build.mjs"
+import { TokenSigner } from "../src/http/Auth.js"
+import type { TenantId, UserId } from "../src/schema/ids.js"
 import { allocatePort } from "../test/support/ports.js"
 
 /** What the benchmark programs share: ports, a runner process, percentiles. */
@@ -27,6 +30,21 @@ export const median = (xs: ReadonlyArray<number>) => percentile(xs, 50)
 export const ownCpuMsSince = (before: NodeJS.CpuUsage) => {
   const used = process.cpuUsage(before)
   return (used.user + used.system) / 1000
+}
+
+/**
+ * JSON request headers with a bearer token of a new tenant and user for every project, signed with `secret` (which
+ * becomes this process's AUTH_SECRET): the runners the bench starts must have the same.
+ */
+export const bearerHeaders = async (secret: string) => {
+  process.env.AUTH_SECRET = secret
+  const token = await Effect.runPromise(
+    Effect.flatMap(
+      TokenSigner,
+      (s) => s.sign({ tenant_id: crypto.randomUUID() as TenantId, sub: crypto.randomUUID() as UserId, projects: "*" })
+    ).pipe(Effect.provide(TokenSigner.Default))
+  )
+  return { authorization: `Bearer ${token}`, "content-type": "application/json" }
 }
 
 /** A process's CPU time so far (user + system, seconds), from /proc. */
