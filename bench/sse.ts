@@ -625,12 +625,38 @@ const scenario = async (kind: Kind): Promise<Summary> => {
       // PostgreSQL, before (or without) the bus bringing the event
       const busToClient: Array<number> = []
       let fromTail = 0
+      // a feed hands events on in cursor order: one that reached Redis before an earlier event of its project waits
+      // for it. `inOrderAt`: when every event of the project up to this one had reached Redis (the phase's own; the
+      // earlier ones came long before), so that the gateway's own hop is told from that wait for the upstream's order
+      const inOrderAt = new Map<number, number>()
+      {
+        const byProject = new Map<number, Array<number>>()
+        for (const k of committedAt.keys()) {
+          const p = projectOfKey(k)
+          const ks = byProject.get(p)
+          if (ks === undefined) byProject.set(p, [k])
+          else ks.push(k)
+        }
+        for (const ks of byProject.values()) {
+          let latest = -Infinity
+          for (const k of ks.sort((a, b) => a - b)) {
+            latest = Math.max(latest, busAt.get(k) ?? -Infinity)
+            inOrderAt.set(k, latest)
+          }
+        }
+      }
+      const inOrderToClient: Array<number> = []
+      let outOfOrder = 0
       for (let i = 0; i < arrivals.length; i += 3) {
         const k = key(arrivals[i]!, arrivals[i + 1]!)
         if (!committedAt.has(k)) continue
         const b = busAt.get(k)
-        if (b !== undefined && arrivals[i + 2]! >= b) busToClient.push(arrivals[i + 2]! - b)
-        else fromTail++
+        if (b !== undefined && arrivals[i + 2]! >= b) {
+          busToClient.push(arrivals[i + 2]! - b)
+          const ready = inOrderAt.get(k)!
+          inOrderToClient.push(arrivals[i + 2]! - ready)
+          if (ready > b) outOfOrder++
+        } else fromTail++
       }
       arrivals.length = 0
       const toBus: Array<number> = []
@@ -677,6 +703,13 @@ const scenario = async (kind: Kind): Promise<Summary> => {
             ms(busToClient, 99)
           } ms (goal p99 ≤ 10; ${busToClient.length} deliveries; ${fromTail} came from the PostgreSQL ` +
           `tail before the bus had them)`
+      )
+      console.log(
+        `  of those, ${outOfOrder} (${(outOfOrder / Math.max(1, busToClient.length) * 100).toFixed(1)}%) reached ` +
+          `Redis before an earlier event of their project and waited for it (cursor order); from the moment every ` +
+          `event of the project up to theirs was in Redis: p50 ${ms(inOrderToClient, 50)} ms, p99 ${
+            ms(inOrderToClient, 99)
+          } ms`
       )
       console.log(
         `  server CPU ${cpu.toFixed(0)} % of a core (clients ${clientCpu.toFixed(0)} %), responsiveness p50 ` +
