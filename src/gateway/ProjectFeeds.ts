@@ -333,11 +333,19 @@ export class ProjectFeeds extends Effect.Service<ProjectFeeds>()("ProjectFeeds",
       }
       if (active.length === 0) return
       const healthy = yield* bus.healthy
-      const heads = yield* log.heads(active.map((f) => f.projectId))
+      // only the heads that moved past a feed (or changed epoch) come back: a feed not among them had its stream's
+      // head already, the sequence it was asked with
+      const asked = active.map((f) => ({ projectId: f.projectId, seq: f.seq, epoch: f.epoch }))
+      const heads = yield* log.headsPast(asked)
       const lagging: Array<Feed> = []
-      for (const feed of active) {
+      for (let i = 0; i < active.length; i++) {
+        const feed = active[i]!
+        if (feed.closed) continue
         const head = heads.get(feed.projectId)
-        if (head === undefined || feed.closed) continue
+        if (head === undefined) {
+          feed.headAtLastTick = asked[i]!.seq
+          continue
+        }
         if (head.epoch !== feed.epoch) {
           lose(feed) // the stream was rebuilt: its clients reconnect and get a reset
           continue

@@ -17,6 +17,7 @@ import {
   commitChange,
   commitHistory,
   concurrentWriters,
+  eventOffTheBus,
   headOf,
   layerStreamRunner,
   OTHER_TENANT,
@@ -347,6 +348,24 @@ describe.skipIf(noDatabase || redisUrl === undefined)("SSE gateway on PostgreSQL
         }),
       120_000
     )
+
+    it.effect("an event whose bus message was lost (Redis up) reaches the stream from the gateway's tail", () =>
+      Effect.gen(function*() {
+        const { projectId, tasks } = yield* projectWithTasks(1)
+        const token = yield* tokenFor()
+        const client = yield* openSse(eventsUrl(projectId), bearer(token))
+        yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 1 })
+        yield* until("live event", () => payloads(client).length === 1)
+        // no later event makes a hole that would fill it: only the tail can find it (within two of its ticks)
+        const seq = yield* eventOffTheBus(projectId)
+        yield* until("the lost event", () => payloads(client).some((e) => seqOf(e.id) === seq), Duration.seconds(10))
+        expect(payloads(client).map((e) => seqOf(e.id))).toEqual([seq - 1, seq])
+        // the tail reads nothing more for a feed that has its stream's head
+        yield* commitChange(tasks[0]!, { status: "running", stage: "generating", progress: 2 })
+        yield* until("the next live event", () => payloads(client).length === 3)
+        expect(payloads(client).map((e) => seqOf(e.id))).toEqual([seq - 1, seq, seq + 1])
+        client.close()
+      }))
 
     it.effect("Redis down: the gateway tails PostgreSQL and the stream goes on without a gap", () =>
       Effect.gen(function*() {

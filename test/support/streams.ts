@@ -98,6 +98,25 @@ export const storedEvents = (projectId: string, afterSeq: number) =>
       SELECT cursor_seq, task_id, task_version FROM task_events
       WHERE project_id = ${projectId} AND cursor_seq > ${afterSeq} ORDER BY cursor_seq`).pipe(Effect.orDie)
 
+/**
+ * An event of the project that the bus never carries (as if its message were lost while Redis stayed up): a copy of
+ * the project's last event at the next cursor, written with no outbox row, so nothing publishes it. Its sequence.
+ */
+export const eventOffTheBus = (projectId: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ cursor_seq: number }>`
+      WITH head AS (
+        UPDATE projects SET last_seq = last_seq + 1 WHERE project_id = ${projectId} RETURNING stream_epoch, last_seq
+      )
+      INSERT INTO task_events (event_id, tenant_id, project_id, task_id, attempt_id, task_version, stream_epoch,
+        cursor_seq, event_type, public_payload, source, trace_id)
+      SELECT gen_random_uuid(), e.tenant_id, e.project_id, e.task_id, e.attempt_id, e.task_version + 1000,
+        head.stream_epoch, head.last_seq, e.event_type, e.public_payload, e.source, 'off-the-bus'
+      FROM head, LATERAL (
+        SELECT * FROM task_events WHERE project_id = ${projectId} ORDER BY cursor_seq DESC LIMIT 1
+      ) e
+      RETURNING cursor_seq`).pipe(Effect.map((rows) => Number(rows[0]!.cursor_seq)), Effect.orDie)
+
 /** A project with `n` tasks of TENANT; returns their ids. */
 export const projectWithTasks = (n: number) =>
   Effect.gen(function*() {
