@@ -107,7 +107,7 @@ export class EventLog extends Effect.Service<EventLog>()("EventLog", {
       last_seq: number
       retained_seq: number
     }
-    /** The stream heads of many projects in one query: for stream opens (`open`) and the gateway's tail (`heads`). */
+    /** The stream heads of many projects in one query, for stream opens (`open`). */
     const headRows = (projectIds: ReadonlyArray<string>) =>
       sql<HeadRow>`
         SELECT project_id, tenant_id, stream_epoch, last_seq, retained_seq FROM projects
