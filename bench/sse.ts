@@ -47,6 +47,7 @@ import * as path from "node:path"
 import pg from "pg"
 import { ISSUER, TokenKinds } from "../src/http/Auth.js"
 import { ROLES } from "../src/runners/Roles.js"
+import { busHops, key, projectOfKey } from "./sseHops.js"
 import {
   type Client,
   cpuSeconds,
@@ -178,9 +179,6 @@ const commitSql = `
 const projectIndex = new Map(projects.map((p, i) => [p, i]))
 /** next task_version per task (tasks are inserted at version 1) */
 const versions = tasks.map((ts) => ts.map(() => 2))
-/** an event of the run: project index * 2^24 + cursor sequence */
-const key = (p: number, seq: number) => p * 16_777_216 + seq
-const projectOfKey = (k: number) => Math.floor(k / 16_777_216)
 
 /** Commits `n` events on random projects in one transaction (one statement); records each one's commit time. */
 const commitBatch = async (db: pg.Client, n: number, committedAt: Map<number, number>) => {
@@ -621,43 +619,7 @@ const scenario = async (kind: Kind): Promise<Summary> => {
         }
         if (latencies.length >= expected && [...committedAt.keys()].every((k) => busAt.has(k))) break
       }
-      // the last hop, Redis → client, for deliveries that came by the bus; the others came from the feeds' tail of
-      // PostgreSQL, before (or without) the bus bringing the event
-      const busToClient: Array<number> = []
-      let fromTail = 0
-      // a feed hands events on in cursor order: one that reached Redis before an earlier event of its project waits
-      // for it. `inOrderAt`: when every event of the project up to this one had reached Redis (the phase's own; the
-      // earlier ones came long before), so that the gateway's own hop is told from that wait for the upstream's order
-      const inOrderAt = new Map<number, number>()
-      {
-        const byProject = new Map<number, Array<number>>()
-        for (const k of committedAt.keys()) {
-          const p = projectOfKey(k)
-          const ks = byProject.get(p)
-          if (ks === undefined) byProject.set(p, [k])
-          else ks.push(k)
-        }
-        for (const ks of byProject.values()) {
-          let latest = -Infinity
-          for (const k of ks.sort((a, b) => a - b)) {
-            latest = Math.max(latest, busAt.get(k) ?? -Infinity)
-            inOrderAt.set(k, latest)
-          }
-        }
-      }
-      const inOrderToClient: Array<number> = []
-      let outOfOrder = 0
-      for (let i = 0; i < arrivals.length; i += 3) {
-        const k = key(arrivals[i]!, arrivals[i + 1]!)
-        if (!committedAt.has(k)) continue
-        const b = busAt.get(k)
-        if (b !== undefined && arrivals[i + 2]! >= b) {
-          busToClient.push(arrivals[i + 2]! - b)
-          const ready = inOrderAt.get(k)!
-          inOrderToClient.push(arrivals[i + 2]! - ready)
-          if (ready > b) outOfOrder++
-        } else fromTail++
-      }
+      const { busToClient, fromTail, inOrderToClient, outOfOrder } = busHops(arrivals, committedAt, busAt)
       arrivals.length = 0
       const toBus: Array<number> = []
       for (const [k, at] of committedAt) {
