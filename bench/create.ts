@@ -17,7 +17,16 @@
  */
 import pg from "pg"
 import { clientAtRate } from "./rocketmqCeiling.js"
-import { bearerHeaders, cpuSeconds, healthLine, median, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import {
+  bearerHeaders,
+  cpuSeconds,
+  freshDatabase,
+  healthLine,
+  median,
+  sleep,
+  startRunnerProcess,
+  stopProcess
+} from "./support.js"
 
 const CREATES = Number(process.env.BENCH_CREATES ?? 300)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -42,16 +51,13 @@ const main = async () => {
     for (const layout of LAYOUTS) {
       const roles = PROCESSES[layout]
       if (roles === undefined) throw new Error(`BENCH_LAYOUTS: ${layout}: one or split`)
-      const name = `bench_create_${Date.now().toString(36)}`
-      await admin.query(`CREATE DATABASE ${name}`)
-      const url = new URL(adminUrl)
-      url.pathname = `/${name}`
+      const database = await freshDatabase(admin, adminUrl, "bench_create")
       const runners: Array<Awaited<ReturnType<typeof startRunnerProcess>>> = []
       try {
         for (const r of roles) {
           runners.push(
             await startRunnerProcess({
-              DATABASE_URL: url.toString(),
+              DATABASE_URL: database.url,
               AUTH_SECRET: SECRET,
               POLL_INTERVAL_SCALE: "100",
               ...(r === undefined ? {} : { RUNNER_ROLES: r })
@@ -103,7 +109,7 @@ const main = async () => {
         console.log(healthLine(runners.map((r) => r.health.stop())))
       } finally {
         for (const r of runners) await stopProcess(r.child, "SIGKILL")
-        await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+        await database.drop()
       }
     }
     // the ceiling of the queue hop, at the creates' rate: what the client alone spends on one message

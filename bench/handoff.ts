@@ -20,7 +20,16 @@
  */
 import type { ChildProcess } from "node:child_process"
 import pg from "pg"
-import { bearerHeaders, gauge, healthLine, percentile, sleep, startRunnerProcess, stopProcess } from "./support.js"
+import {
+  bearerHeaders,
+  freshDatabase,
+  gauge,
+  healthLine,
+  percentile,
+  sleep,
+  startRunnerProcess,
+  stopProcess
+} from "./support.js"
 
 const TASKS = Number(process.env.BENCH_TASKS ?? 60)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1)
@@ -96,10 +105,7 @@ const main = async () => {
   const headers = await bearerHeaders(SECRET)
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
-  const name = `bench_handoff_${Date.now().toString(36)}`
-  await admin.query(`CREATE DATABASE ${name}`)
-  const url = new URL(adminUrl)
-  url.pathname = `/${name}`
+  const database = await freshDatabase(admin, adminUrl, "bench_handoff")
   const runners: Array<ChildProcess> = []
   let project: string | undefined
   const lastAnswer = { SIGKILL: [] as Array<number>, SIGTERM: [] as Array<number> }
@@ -107,8 +113,8 @@ const main = async () => {
   try {
     for (let round = 0; round < ROUNDS; round++) {
       for (const signal of SIGNALS) {
-        const a = await startRunner(url.toString())
-        const b = await startRunner(url.toString())
+        const a = await startRunner(database.url)
+        const b = await startRunner(database.url)
         runners.push(a.child, b.child)
         await sleep(8000) // shards spread over both runners
         if (project === undefined) {
@@ -185,7 +191,7 @@ const main = async () => {
     }
   } finally {
     for (const r of runners) await stop(r, "SIGKILL")
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await database.drop()
     await admin.end()
   }
 }

@@ -36,6 +36,7 @@ import { serveSimulator, type Simulator } from "../src/simulator/Simulator.js"
 import {
   cpuSeconds,
   freePort,
+  freshDatabase,
   gauge,
   healthLine,
   percentile,
@@ -229,14 +230,11 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
   Effect.promise(async (): Promise<Result> => {
     const admin = new pg.Client({ connectionString: adminUrl })
     await admin.connect()
-    const name = `bench_polling_${Date.now().toString(36)}`
-    await admin.query(`CREATE DATABASE ${name}`)
-    const url = new URL(adminUrl)
-    url.pathname = `/${name}`
+    const database = await freshDatabase(admin, adminUrl, "bench_polling")
     const objects = fs.mkdtempSync(path.join(os.tmpdir(), "bench-polling-"))
     const runners: Array<ChildProcess> = []
     const healths: Array<RunnerHealth> = []
-    const db = new pg.Client({ connectionString: url.toString() })
+    const db = new pg.Client({ connectionString: database.url })
     try {
       console.log(
         `\n-- idle entities ${mode}: ${JSON.stringify(mode === "off" ? IDLE_OFF : IDLE_ON)}, ${PROCESSES} runner ` +
@@ -245,7 +243,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       const prefix = `bench-${Date.now().toString(36)}:`
       const ports: Array<number> = []
       for (let i = 0; i < PROCESSES; i++) {
-        const started = await startRunner(url.toString(), simUrl, objects, mode, prefix, i)
+        const started = await startRunner(database.url, simUrl, objects, mode, prefix, i)
         runners.push(started.child)
         healths.push(started.health)
         ports.push(started.httpPort)
@@ -421,7 +419,7 @@ const run = (sim: Simulator, simUrl: string, mode: Mode) =>
       for (const h of healths) h.stop()
       for (const r of runners) await stopProcess(r, "SIGTERM")
       await db.end().catch(() => undefined)
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await database.drop()
       await admin.end()
       fs.rmSync(objects, { recursive: true, force: true })
     }

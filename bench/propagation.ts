@@ -33,6 +33,7 @@ import { defaults as rocketMQ } from "../src/queue/RocketMQQueue.js"
 import { ceilingClients, clientAtRate } from "./rocketmqCeiling.js"
 import {
   cpuSeconds,
+  freshDatabase,
   healthLine,
   metricIn,
   percentile,
@@ -305,18 +306,15 @@ const main = async () => {
   const ceilingRate = sustained ? await ceiling(SECONDS) : NaN
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
-  const name = `bench_propagation_${suffix}`
-  await admin.query(`CREATE DATABASE ${name}`)
-  const url = new URL(adminUrl)
-  url.pathname = `/${name}`
+  const database = await freshDatabase(admin, adminUrl, "bench_propagation")
   const runners: Array<{ readonly child: ChildProcess; readonly health: RunnerHealth }> = []
   /** the dispatcher's HTTP port (its queue_consume_lag_seconds) */
   let httpPort = 0
-  const db = new pg.Client({ connectionString: url.toString() })
+  const db = new pg.Client({ connectionString: database.url })
   const sub = new Redis(redisUrl)
   try {
     for (const r of RUNNERS) {
-      const started = await startRunner(url.toString(), r)
+      const started = await startRunner(database.url, r)
       runners.push(started)
       httpPort = started.httpPort
     }
@@ -396,7 +394,7 @@ const main = async () => {
     sub.disconnect()
     await Promise.all(runners.map((r) => stopProcess(r.child, "SIGTERM")))
     await db.end().catch(() => undefined)
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await database.drop()
     await admin.end()
     for (const [t, g] of [[topic, group], [ceilingTopic, ceilingGroup]] as const) {
       execFileSync("scripts/rocketmq.sh", ["drop", t, g], { stdio: "inherit" })

@@ -1,6 +1,7 @@
 import { Effect } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
+import type pg from "pg"
 import { buildDist, RUNNER_PROGRAM } from "../scripts/build.mjs"
 import { TokenSigner } from "../src/http/Auth.js"
 import type { TenantId, UserId } from "../src/schema/ids.js"
@@ -45,6 +46,18 @@ export const bearerHeaders = async (secret: string) => {
     ).pipe(Effect.provide(TokenSigner.Default))
   )
   return { authorization: `Bearer ${token}`, "content-type": "application/json" }
+}
+
+/**
+ * A fresh database `<prefix>_<time>` beside the one `admin` is connected to (at `adminUrl`): its URL, and its drop
+ * (forced: runners still connected are cut off).
+ */
+export const freshDatabase = async (admin: pg.Client, adminUrl: string, prefix: string) => {
+  const name = `${prefix}_${Date.now().toString(36)}`
+  await admin.query(`CREATE DATABASE ${name}`)
+  const url = new URL(adminUrl)
+  url.pathname = `/${name}`
+  return { url: url.toString(), drop: () => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) }
 }
 
 /** A process's CPU time so far (user + system, seconds), from /proc. */

@@ -21,7 +21,16 @@
 import { type ChildProcess, fork } from "node:child_process"
 import pg from "pg"
 import { bundle } from "../scripts/runBuilt.mjs"
-import { cpuSeconds, freePort, healthLine, median, percentile, startRunnerProcess, stopProcess } from "./support.js"
+import {
+  cpuSeconds,
+  freePort,
+  freshDatabase,
+  healthLine,
+  median,
+  percentile,
+  startRunnerProcess,
+  stopProcess
+} from "./support.js"
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -84,15 +93,12 @@ interface Phase {
 const main = async () => {
   const admin = new pg.Client({ connectionString: adminUrl })
   await admin.connect()
-  const dbName = `bench_webhooks_${Date.now().toString(36)}`
-  await admin.query(`CREATE DATABASE ${dbName}`)
-  const url = new URL(adminUrl)
-  url.pathname = `/${dbName}`
+  const database = await freshDatabase(admin, adminUrl, "bench_webhooks")
   const children: Array<ChildProcess> = []
   const runners: Array<Awaited<ReturnType<typeof startRunnerProcess>>> = []
   try {
     const env = {
-      DATABASE_URL: url.toString(),
+      DATABASE_URL: database.url,
       OPENAI_WEBHOOK_SECRET: SECRET,
       INBOX_PROCESSOR_ENABLED: "false",
       ...(ROLES === "all" ? {} : { RUNNER_ROLES: ROLES })
@@ -108,7 +114,7 @@ const main = async () => {
         env: {
           ...process.env,
           HTTP_PORT: String(port),
-          DATABASE_URL: url.toString(),
+          DATABASE_URL: database.url,
           OPENAI_WEBHOOK_SECRET: SECRET,
           // as many writers as the runners have
           WRITERS: process.env.INBOX_WRITE_PARALLELISM ?? "4"
@@ -238,7 +244,7 @@ const main = async () => {
         med(`runner @${RATE}/s`, (p) => p.p99).toFixed(1)
       } ms (goal ≤ 50 ms), ceiling ${med(`ceiling @${RATE}/s`, (p) => p.p99).toFixed(1)} ms`
     )
-    const rows = await new pg.Client({ connectionString: url.toString() })
+    const rows = await new pg.Client({ connectionString: database.url })
     await rows.connect()
     const stored = (await rows.query("SELECT count(*)::int AS n FROM provider_callback_inbox")).rows[0].n
     await rows.end()
@@ -247,7 +253,7 @@ const main = async () => {
   } finally {
     for (const c of children) c.kill("SIGTERM")
     await Promise.all(runners.map((r) => stopProcess(r.child, "SIGTERM")))
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`)
+    await database.drop()
     await admin.end()
   }
 }
