@@ -13,6 +13,7 @@ import { StreamSettings } from "../gateway/streamSettings.js"
 import { framePayload, type StreamEvent } from "../persistence/EventLog.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { newTraceId, withTraceId } from "../tracing/TraceId.js"
+import { HeartbeatRing } from "./heartbeatRing.js"
 import { inSlices } from "./inSlices.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
@@ -71,7 +72,9 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
   const revocations = yield* Revocations
   const run = yield* FiberSet.makeRuntime<never>()
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxFrame, perMessageDeflate: false })
-  const alive = new Map<WebSocket, boolean>()
+  const open = new HeartbeatRing<WebSocket>(pingEvery)
+  /** Pinged and not answered yet: the next ping closes it. */
+  const unanswered = new WeakSet<WebSocket>()
   // the 101 answer names the request's trace id too
   const traceIds = new WeakMap<IncomingMessage, string>()
   wss.on("headers", (headers, req) => {
@@ -121,14 +124,14 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
     })
 
   const watch = (ws: WebSocket) => {
-    alive.set(ws, true)
+    open.add(ws)
     metrics.opened()
-    ws.on("pong", () => alive.set(ws, true))
+    ws.on("pong", () => unanswered.delete(ws))
     ws.on("message", () => undefined) // nothing to act on; oversized frames are refused by the limit
     // a protocol violation (oversized frame, bad UTF-8): ws has closed it with 1009/1007; an "error" event
     // without a listener would throw and take the whole runner down
     ws.on("error", (e) => run(Effect.logWarning("WebSocket client broke the protocol", e.message)))
-    ws.once("close", () => alive.delete(ws) && metrics.closed())
+    ws.once("close", () => open.delete(ws) && metrics.closed())
   }
 
   const serve = (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -185,25 +188,23 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   yield* routes.upgrade((path) => EVENTS_PATH.test(path) && path.endsWith("/ws"), serve)
 
-  // a slice of sockets at a time (inSlices): one that closed meanwhile is gone from `alive`
-  yield* inSlices(alive, ([ws]) => {
-    const answered = alive.get(ws)
-    if (answered === undefined) return
-    if (!answered) {
+  // one timer for every socket, its pings spread over the interval (HeartbeatRing)
+  yield* open.beat((ws) => {
+    if (unanswered.has(ws)) {
       metrics.heartbeatFailed()
       ws.terminate()
       return
     }
-    alive.set(ws, false)
+    unanswered.add(ws)
     ws.ping()
-  }).pipe(Effect.zipRight(Effect.sleep(pingEvery)), Effect.forever, Effect.forkScoped)
+  }).pipe(Effect.forkScoped)
 
   // live notifications paused (DEGRADED_NOTIFY): as on SSE, every socket is told why in a `mode` message and closed
   // with 1013 (try again later); a new one is refused with 503 naming the mode until pushes resume
   yield* endStreamsWhileLivePaused(fence, (mode) => {
     const message = JSON.stringify({ type: "mode", mode, live: false })
-    return inSlices(alive, ([ws]) => {
-      if (!alive.has(ws) || ws.readyState !== ws.OPEN) return
+    return inSlices(open, (ws) => {
+      if (!open.has(ws) || ws.readyState !== ws.OPEN) return
       ws.send(message)
       ws.close(1013, "live notifications paused")
     })
@@ -211,7 +212,7 @@ export const EventsSocketLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   // a slice at a time, as on SSE
   yield* Effect.addFinalizer(() =>
-    inSlices(alive, ([ws]) => alive.has(ws) && ws.close(1001, "shutdown")).pipe(
+    inSlices(open, (ws) => open.has(ws) && ws.close(1001, "shutdown")).pipe(
       Effect.zipRight(Effect.sync(() => wss.close()))
     )
   )

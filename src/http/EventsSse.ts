@@ -11,6 +11,7 @@ import { StreamSettings } from "../gateway/streamSettings.js"
 import { type CursorProblem, framePayload, type StreamEvent } from "../persistence/EventLog.js"
 import { WriteFence } from "../persistence/WriteFence.js"
 import { newTraceId, withTraceId } from "../tracing/TraceId.js"
+import { HeartbeatRing } from "./heartbeatRing.js"
 import { inSlices } from "./inSlices.js"
 import { endStreamsWhileLivePaused } from "./livePause.js"
 import { RawRoutes } from "./RawRoutes.js"
@@ -62,7 +63,7 @@ const SSE_HEADERS = {
 interface SseShared {
   readonly retryMs: number
   readonly deadlineMs: number
-  readonly open: Set<ServerResponse>
+  readonly open: HeartbeatRing<ServerResponse>
   readonly blocked: WeakSet<ServerResponse>
   readonly metrics: ReturnType<typeof transportMetrics>
 }
@@ -140,7 +141,7 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   const auth = yield* makeStreamAuth
   const revocations = yield* Revocations
   const run = yield* FiberSet.makeRuntime<never>()
-  const open = new Set<ServerResponse>()
+  const open = new HeartbeatRing<ServerResponse>(heartbeat)
   const blocked = new WeakSet<ServerResponse>()
   const metrics = transportMetrics("sse")
   const sse: SseShared = { retryMs, deadlineMs, open, blocked, metrics }
@@ -201,15 +202,12 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
 
   yield* routes.request((path) => EVENTS_PATH.test(path) && !path.endsWith("/ws"), serve)
 
-  // one timer for every client (written a slice at a time): a comment line keeps proxies from timing the stream out
-  // and finds dead peers
-  yield* Effect.suspend(() => {
-    const ping = `: ping ${Math.floor(Date.now() / 1000)}\n\n`
-    // a client backed up (or whose socket is full now) missed its heartbeat: the write deadline decides its fate
-    return inSlices(open, (res) => {
-      if (open.has(res) && (blocked.has(res) || !res.write(ping))) metrics.heartbeatFailed()
-    })
-  }).pipe(Effect.zipRight(Effect.sleep(heartbeat)), Effect.forever, Effect.forkScoped)
+  // one timer for every client, its writes spread over the interval (HeartbeatRing): a comment line keeps proxies
+  // from timing the stream out and finds dead peers. A client backed up (or whose socket is full now) missed its
+  // heartbeat: the write deadline decides its fate
+  yield* open.beat((res) => {
+    if (blocked.has(res) || !res.write(`: ping ${Math.floor(Date.now() / 1000)}\n\n`)) metrics.heartbeatFailed()
+  }).pipe(Effect.forkScoped)
 
   /** Ends a stream still open (a slice reaches it later; it leaves `open` on its close, counted there). */
   const endOpen = (res: ServerResponse, frame?: string) => {
