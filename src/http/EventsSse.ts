@@ -222,6 +222,6 @@ export const EventsSseLive = Layer.scopedDiscard(Effect.gen(function*() {
   })
 
   // shutting down: end every stream so that its client reconnects (to another runner) and resumes by cursor; a slice
-  // at a time, as the heartbeat writes: ending 19,500 at once held the event loop for about a second of the handoff
+  // at a time (inSlices): ending 19,500 at once held the event loop for about a second of the handoff
   yield* Effect.addFinalizer(() => inSlices(open, (res) => endOpen(res)))
 }))

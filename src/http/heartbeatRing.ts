@@ -15,7 +15,7 @@ const MAX_SPOKES = 600
  * in slices of 500 with turns between them, 23 ms each), 19,500 for about a second: every event delivered meanwhile
  * waited. Spread, a tick writes 1/150 of them.
  *
- * Otherwise a Set: membership, size and iteration (in the order of joining, over the spokes) for shutdown and pauses.
+ * Otherwise a Set: membership, size and iteration (in the order of joining) for shutdown and pauses.
  */
 export class HeartbeatRing<A> implements Iterable<A> {
   private readonly spokeOf = new Map<A, Set<A>>()

@@ -8,9 +8,10 @@ const nextTurn = Effect.async<void>((resume) => {
 
 /**
  * Calls `f` on every item of `items` (as they are when it starts; a collection, read again on every run, not a
- * one-shot iterator), `slice` at a time, giving the event loop a turn between slices. A heartbeat over 19,500 open
- * streams wrote to every socket in one go: about half a second in which no event reached any stream, and the relay,
- * the bus and the cluster's lock refresh all waited (bench:sse, commit → client p99 579–870 ms at 1,000 events/s).
+ * one-shot iterator), `slice` at a time, giving the event loop a turn between slices. A write to each of 19,500 open
+ * streams in one go (the heartbeat's, before it was spread over its interval: heartbeatRing.ts) held the event loop
+ * about half a second, in which no event reached any stream and the relay, the bus and the cluster's lock refresh all
+ * waited (bench:sse, commit → client p99 579–870 ms at 1,000 events/s).
  * `f` runs later for the last items than for the first: it must check that its item is still there.
  */
 export const inSlices = <A>(items: Iterable<A>, f: (item: A) => void, slice = 500): Effect.Effect<void> =>
