@@ -22,10 +22,11 @@ const profile = JSON.parse(fs.readFileSync(file, "utf8"))
 const nodes = new Map(profile.nodes.map((n) => [n.id, n]))
 const parent = new Map()
 for (const n of profile.nodes) for (const child of n.children ?? []) parent.set(child, n.id)
+// lines 1-based, as profileSummary.mjs prints them (the profile's are 0-based)
 const frame = (n) =>
   `${n.callFrame.functionName || "(anonymous)"} ${
     n.callFrame.url.replace(/.*node_modules\//, "").replace(/.*\/src\//, "src/")
-  }:${n.callFrame.lineNumber}`
+  }:${n.callFrame.lineNumber + 1}`
 const isIdle = (id) => nodes.get(id).callFrame.functionName === "(idle)"
 
 const stretches = []
