@@ -13,9 +13,11 @@ export default defineConfig({
     // (collecting 31 s against 218 s, summed), every file passing once. But @effect/vitest's `it.layer` assigns its
     // layer-bound methods onto vitest's one `it` object, so the next file's `it.layer` was the last file's nested one
     // (its layer built beside the last file's: a second, unmigrated test database); resetting `it` in a setup file
-    // mended that, yet a worker still hung, spinning, in revocation-refresh or pg-int8 in 4 runs of 5 (the last beside
-    // `stress-ng --cpu 1`, with revocation-refresh moved out), and vitest ended the run with "Terminating worker
-    // thread", those files unreported. Cause not found.
+    // mended that, yet in 6 runs of 7 vitest ended the run while a worker still ran one of the last files
+    // (revocation-refresh, pg-int8 or sweeper-order), with "Unhandled Rejection: Terminating worker thread" and that
+    // file unreported (exit 1). The orphaned worker then logged "Channel closed" (ERR_IPC_CHANNEL_CLOSED) from vitest's
+    // own task update and kept its file's fibers busy for minutes: vitest 3.2's pool tore the worker down early (as in
+    // vitest-dev/vitest#8133, 3.2 with isolate: false). Until a vitest that does not, each file keeps its own process.
     pool: "forks",
     fileParallelism: true,
     // three at a time on 2 cores: most of a file's time is waiting on services and runners. Two at a time this tier
