@@ -9,15 +9,10 @@ export default defineConfig({
     include: ["test/integration/**/*.test.ts"],
     exclude: ["test/integration/processes/**", "**/node_modules/**"],
     // cluster tests hold advisory locks and runner ports: isolate files in their own processes.
-    // Tried and left (stop 60): files sharing their worker (`isolate: false`) took this tier 250 s against 382 s here
-    // (collecting 31 s against 218 s, summed), every file passing once. But @effect/vitest's `it.layer` assigns its
-    // layer-bound methods onto vitest's one `it` object, so the next file's `it.layer` was the last file's nested one
-    // (its layer built beside the last file's: a second, unmigrated test database); resetting `it` in a setup file
-    // mended that, yet in 6 runs of 7 vitest ended the run while a worker still ran one of the last files
-    // (revocation-refresh, pg-int8 or sweeper-order), with "Unhandled Rejection: Terminating worker thread" and that
-    // file unreported (exit 1). The orphaned worker then logged "Channel closed" (ERR_IPC_CHANNEL_CLOSED) from vitest's
-    // own task update and kept its file's fibers busy for minutes: vitest 3.2's pool tore the worker down early (as in
-    // vitest-dev/vitest#8133, 3.2 with isolate: false). Until a vitest that does not, each file keeps its own process.
+    // Tried and left (stop 60): `isolate: false` took this tier 250 s instead of 382 s. It needs `it` reset before each
+    // file (@effect/vitest's `it.layer` writes its methods onto vitest's one `it`: the next file built its layer beside
+    // the last one's), and even then vitest 3.2 ended 6 runs of 7 while a worker still ran a last file ("Terminating
+    // worker thread", the file unreported, its worker orphaned: "Channel closed"), as in vitest-dev/vitest#8133.
     pool: "forks",
     fileParallelism: true,
     // three at a time on 2 cores: most of a file's time is waiting on services and runners. Two at a time this tier
